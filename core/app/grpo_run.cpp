@@ -1,0 +1,226 @@
+#include "core/app/grpo_run.h"
+
+#include <boost/program_options.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "core/config/config_loader.h"
+#include "core/config/schema.h"
+#include "core/config/yaml_loader.h"
+#include "core/plugin/plugin_registry.h"
+#include "core/runtime/blas_check.h"
+#include "core/runtime/components.h"
+#include "core/runtime/logging.h"
+#include "core/util/fs.h"
+#include "core/util/strings.h"
+#include "grpo/sdk/config_view.h"
+
+namespace grpo::core {
+
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr const char* kUsage = R"(Usage: grpo-run [options]
+
+Trains a policy with GRPO as the configuration says. Configuration precedence:
+built-in defaults < --config files (in order; a later file wins) < --set overrides.
+Every key is documented in docs/config.md (or: grpo-run --config-reference).
+
+Examples:
+  grpo-run --config configs/quickstart.yaml
+  grpo-run --config configs/quickstart.yaml --set run.seed=2 --validate
+  grpo-run --list-plugins
+
+Options)";
+
+constexpr const char* kExitCodes = R"(
+Exit codes:
+  0  success
+  1  internal error (a bug; please report it with the log)
+  2  bad command line
+  3  invalid configuration (the message names file, line and key)
+  4  plugin error (load, handshake, unknown component, factory failure)
+  5  runtime error while running the job
+  6  the requested job is not part of this build
+)";
+
+struct Options {
+  std::vector<std::string> configs;
+  std::vector<std::string> sets;
+  std::vector<std::string> plugin_paths;
+  std::string log_level;
+  bool print_config = false;
+  bool validate = false;
+  bool list_plugins = false;
+  bool config_reference = false;
+};
+
+const sdk::ConfigValue* find_path(const sdk::ConfigValue& root, std::initializer_list<const char*> keys) {
+  const sdk::ConfigValue* node = &root;
+  for (const char* k : keys) {
+    node = node->is_map() ? node->find(k) : nullptr;
+    if (!node) return nullptr;
+  }
+  return node;
+}
+
+std::string config_string(const sdk::ConfigValue& root, const char* section, const char* key) {
+  return sdk::ConfigView(find_path(root, {section}), section).require_string(key);
+}
+
+void print_plugin_table(const PluginRegistry& registry, std::ostream& os) {
+  const auto components = registry.components();
+  std::size_t w_name = 4, w_kind = 4, w_version = 7, w_plugin = 6;
+  for (const auto& c : components) {
+    w_name = std::max(w_name, c.name.size());
+    w_kind = std::max(w_kind, std::string(sdk::component_kind_name(c.kind)).size());
+    w_version = std::max(w_version, c.plugin_version.size());
+    w_plugin = std::max(w_plugin, c.plugin.size());
+  }
+  auto row = [&](const std::string& a, const std::string& b, const std::string& c, const std::string& d,
+                 const std::string& e) {
+    os << std::left << std::setw(static_cast<int>(w_name) + 2) << a << std::setw(static_cast<int>(w_kind) + 2) << b
+       << std::setw(static_cast<int>(w_version) + 2) << c << std::setw(static_cast<int>(w_plugin) + 2) << d << e << "\n";
+  };
+  row("NAME", "KIND", "VERSION", "PLUGIN", "FILE");
+  for (const auto& c : components) row(c.name, sdk::component_kind_name(c.kind), c.plugin_version, c.plugin, c.file);
+  if (components.empty()) os << "(no plugins found)\n";
+}
+
+int run(const Options& opt) {
+  if (opt.config_reference) {
+    std::cout << config_reference_markdown();
+    return kExitOk;
+  }
+  init_console_logging(opt.log_level.empty() ? "info" : opt.log_level);
+
+  // Configuration: defaults -> files -> --set; CLI flags are --set overrides applied last.
+  ConfigSources sources;
+  sources.files = opt.configs;
+  sources.overrides = opt.sets;
+  if (!opt.log_level.empty()) sources.overrides.push_back("log.level=" + opt.log_level);
+  sdk::ConfigValue config = load_config(sources);
+  if (!opt.plugin_paths.empty()) {
+    // --plugin-path dirs are searched before plugins.paths.
+    sdk::ConfigValue* plugins = config.find("plugins");
+    sdk::ConfigValue* paths = plugins ? plugins->find("paths") : nullptr;
+    if (paths && paths->is_sequence()) {
+      std::vector<sdk::ConfigValue> merged;
+      for (const auto& p : opt.plugin_paths)
+        merged.push_back(sdk::ConfigValue::make_scalar(p, sdk::SourceLocation{"--plugin-path", 0, 0}));
+      for (const auto& item : paths->items()) merged.push_back(item);
+      paths->items() = std::move(merged);
+    }
+  }
+  init_console_logging(config_string(config, "log", "level"));
+
+  if (opt.print_config) {
+    std::cout << to_yaml(config);
+    return kExitOk;
+  }
+
+  PluginRegistry registry(plugin_search_path(config, opt.configs));
+  if (opt.list_plugins) {
+    load_configured_plugins(registry, config);
+    const auto failures = registry.load_all();
+    print_plugin_table(registry, std::cout);
+    for (const auto& f : failures) spdlog::error("{}", f.message);
+    if (!failures.empty()) {
+      spdlog::error("{} plugin file(s) failed to load (listed above)", failures.size());
+      return kExitPluginError;
+    }
+    return kExitOk;
+  }
+
+  if (opt.validate) {
+    log_blas_status();
+    load_configured_plugins(registry, config);
+    RuntimeComponents components = create_components(registry, config);
+    std::vector<std::string> names;
+    for (const auto& v : components.verifiers) names.push_back(v.key_path + "=" + v.name);
+    for (const auto& c : components.others) names.push_back(c.key_path + "=" + c.name);
+    std::cout << "config OK: " << (opt.configs.empty() ? std::string("(defaults)") : join(opt.configs, ", ")) << "\n"
+              << "components: " << (names.empty() ? std::string("(none configured)") : join(names, ", ")) << "\n";
+    return kExitOk;
+  }
+
+  // The training job. Prepare the run directory: effective config, then the log file.
+  const std::string run_dir = config_string(config, "run", "output_dir");
+  const std::string effective = (std::filesystem::path(run_dir) / "effective_config.yaml").string();
+  atomic_write_file(effective, to_yaml(config));
+  if (const std::string log_file = config_string(config, "log", "file"); !log_file.empty())
+    add_log_file((std::filesystem::path(run_dir) / log_file).string());
+  spdlog::info("run directory: {} (effective config: {})", run_dir, effective);
+  log_blas_status();
+  load_configured_plugins(registry, config);
+  RuntimeComponents components = create_components(registry, config);
+  spdlog::info("constructed {} verifier(s) and {} other component(s)", components.verifiers.size(),
+               components.others.size());
+  spdlog::error("the GRPO training loop is not part of this build yet; use --validate to check a configuration");
+  return kExitUnavailable;
+}
+
+}  // namespace
+
+int grpo_run_main(int argc, char** argv) {
+  Options opt;
+  po::options_description desc(kUsage);
+  bool show_help = false, show_version = false;
+  // clang-format off
+  desc.add_options()
+    ("help,h", po::bool_switch(&show_help), "show this help and the exit codes")
+    ("version", po::bool_switch(&show_version), "print version and ABI information")
+    ("config,c", po::value(&opt.configs)->composing(), "YAML config file; repeatable, later files win")
+    ("set,s", po::value(&opt.sets)->composing(), "override a key: --set a.b.c=VALUE (VALUE is YAML); repeatable")
+    ("print-config", po::bool_switch(&opt.print_config), "print the effective config as YAML and exit")
+    ("validate", po::bool_switch(&opt.validate), "parse the config, load every named plugin, construct every component, then exit")
+    ("list-plugins", po::bool_switch(&opt.list_plugins), "list the components of every plugin on the search path")
+    ("plugin-path", po::value(&opt.plugin_paths)->composing(), "a folder searched for plugins before all others; repeatable")
+    ("log-level", po::value(&opt.log_level), "trace, debug, info, warn or error (same as --set log.level=...)")
+    ("config-reference", po::bool_switch(&opt.config_reference), "print the configuration reference (docs/config.md)");
+  // clang-format on
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << "grpo-run: " << e.what() << "\nTry 'grpo-run --help'.\n";
+    return kExitUsage;
+  }
+  if (show_help) {
+    std::cout << desc << kExitCodes;
+    return kExitOk;
+  }
+  if (show_version) {
+    std::cout << "grpo-run " << GRPO_VERSION_STRING << " (plugin ABI " << host_abi_string() << ")\n";
+    return kExitOk;
+  }
+  const int modes = int(opt.print_config) + int(opt.validate) + int(opt.list_plugins) + int(opt.config_reference);
+  if (modes > 1) {
+    std::cerr << "grpo-run: --print-config, --validate, --list-plugins and --config-reference exclude each other\n";
+    return kExitUsage;
+  }
+  try {
+    return run(opt);
+  } catch (const sdk::ConfigError& e) {
+    spdlog::error("configuration error: {}", e.what());
+    return kExitConfigError;
+  } catch (const PluginError& e) {
+    spdlog::error("plugin error: {}", e.what());
+    return kExitPluginError;
+  } catch (const std::invalid_argument& e) {
+    spdlog::error("{}", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return kExitRuntimeError;
+  }
+}
+
+}  // namespace grpo::core

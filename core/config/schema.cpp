@@ -1,0 +1,387 @@
+#include "core/config/schema.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/config/yaml_loader.h"
+#include "core/util/strings.h"
+#include "grpo/sdk/config_view.h"
+
+namespace grpo::core {
+
+// clang-format off
+// THE table. One line per key: path, type, default (as YAML), description.
+const std::vector<ConfigKeySpec>& config_schema() {
+  // A function-local static: safe to use from other translation units' static initializers.
+  static const std::vector<ConfigKeySpec> schema = {
+    {"run.output_dir",         ConfigType::kString,        "\"runs/grpo\"", "Run directory: the effective configuration and the log are written here (later also metrics and checkpoints).", {}},
+    {"run.seed",               ConfigType::kInt,           "1",             "Seed of the run's random number generators.", {}},
+    {"log.level",              ConfigType::kEnum,          "info",          "Lowest severity that is logged.", {"trace", "debug", "info", "warn", "error"}},
+    {"log.file",               ConfigType::kString,        "\"run.log\"",   "Log file, relative to `run.output_dir`; `\"\"` disables the file log.", {}},
+    {"plugins.paths",          ConfigType::kStringList,    "[]",            "Directories searched first for `libgrpo_<name>.so`.", {}},
+    {"plugins.load",           ConfigType::kStringList,    "[]",            "Plugin files (paths) or plugin names loaded at start-up.", {}},
+    {"verifiers",              ConfigType::kComponentList, "[]",            "Reward verifiers: each entry has a `name`, an optional `weight` (a number, default 1.0) and the verifier's own options.", {}},
+    {"algorithm.advantage",    ConfigType::kComponent,     "null",          "Advantage estimator component.", {}},
+    {"algorithm.policy_loss",  ConfigType::kComponent,     "null",          "Policy loss component.", {}},
+    {"algorithm.kl_estimator", ConfigType::kComponent,     "null",          "KL estimator component.", {}},
+    {"rollout.backend",        ConfigType::kComponent,     "null",          "Rollout (generation) backend component.", {}},
+  };
+  return schema;
+}
+// clang-format on
+
+namespace {
+
+using sdk::ConfigError;
+using sdk::ConfigValue;
+using sdk::SourceLocation;
+
+const char* const kDefaultSource = "<default>";
+
+std::string join_key(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : prefix + "." + key;
+}
+
+bool is_section_path(const std::string& path) {
+  if (path.empty()) return true;
+  for (const auto& spec : config_schema())
+    if (starts_with(spec.path, path + ".")) return true;
+  return false;
+}
+
+// Full key paths one level below `section` ("" for the root), in table order, deduplicated.
+std::vector<std::string> keys_below(const std::string& section) {
+  std::vector<std::string> out;
+  const std::string prefix = section.empty() ? "" : section + ".";
+  for (const auto& spec : config_schema()) {
+    std::string_view path = spec.path;
+    if (!starts_with(path, prefix)) continue;
+    std::size_t dot = path.find('.', prefix.size());
+    std::string child(path.substr(0, dot));
+    bool seen = false;
+    for (const auto& k : out) seen = seen || k == child;
+    if (!seen) out.push_back(child);
+  }
+  return out;
+}
+
+[[noreturn]] void fail(const SourceLocation& loc, const std::string& path, const std::string& message) {
+  std::string where = loc.to_string();
+  throw ConfigError((where.empty() ? "" : where + ": ") + (path.empty() ? "" : path + ": ") + message);
+}
+
+void relocate(ConfigValue& v, const SourceLocation& loc) {
+  v.set_location(loc);
+  for (auto& item : v.items()) relocate(item, loc);
+  for (auto& e : v.entries()) {
+    e.key_location = loc;
+    relocate(e.value, loc);
+  }
+}
+
+const char* const kComponentForms = "a component is written `NAME` or as a map `{name: NAME, ...options}`";
+
+void check_component(const ConfigValue& v, const std::string& path, bool in_list) {
+  if (v.is_null()) {
+    if (in_list) fail(v.location(), path, std::string("expected a component, got null (") + kComponentForms + ")");
+    return;
+  }
+  if (v.is_scalar()) {
+    if (v.scalar().empty()) fail(v.location(), path, "expected a component name, got \"\"");
+    return;
+  }
+  if (!v.is_map())
+    fail(v.location(), path, std::string("expected a component, got ") + v.type_description() + " (" + kComponentForms + ")");
+  const ConfigValue* name = v.find("name");
+  if (!name) fail(v.location(), path, std::string("component map has no 'name' (") + kComponentForms + ")");
+  if (!name->is_scalar() || name->scalar().empty())
+    fail(name->location(), path + ".name", "expected a component name, got " + sdk::detail::describe_value(*name));
+  if (in_list) {
+    if (const ConfigValue* weight = v.find("weight")) {
+      double w = 0;
+      if (!weight->is_scalar() || !sdk::detail::parse_double(weight->scalar(), &w) || !std::isfinite(w))
+        fail(weight->location(), path + ".weight", "expected a finite number, got " + sdk::detail::describe_value(*weight));
+    }
+  }
+}
+
+void check_value(const ConfigKeySpec& spec, const ConfigValue& v, const std::string& path) {
+  const std::string got = sdk::detail::describe_value(v);
+  switch (spec.type) {
+    case ConfigType::kBool: {
+      bool b = false;
+      if (!v.is_scalar() || !sdk::detail::parse_bool(v.scalar(), &b))
+        fail(v.location(), path, "expected true or false, got " + got);
+      return;
+    }
+    case ConfigType::kInt: {
+      std::int64_t i = 0;
+      if (!v.is_scalar() || !sdk::detail::parse_int(v.scalar(), &i))
+        fail(v.location(), path, "expected an integer, got " + got);
+      return;
+    }
+    case ConfigType::kNumber: {
+      double d = 0;
+      if (!v.is_scalar() || !sdk::detail::parse_double(v.scalar(), &d))
+        fail(v.location(), path, "expected a number, got " + got);
+      return;
+    }
+    case ConfigType::kString:
+      if (!v.is_scalar()) fail(v.location(), path, "expected a string, got " + got);
+      return;
+    case ConfigType::kEnum: {
+      if (v.is_scalar())
+        for (const auto& c : spec.choices)
+          if (v.scalar() == c) return;
+      std::string hint = v.is_scalar() ? did_you_mean(v.scalar(), spec.choices) : "";
+      fail(v.location(), path, "expected one of " + join(spec.choices, ", ") + ", got " + got + hint);
+    }
+    case ConfigType::kStringList:
+      if (v.is_null() || v.is_scalar()) return;
+      if (!v.is_sequence()) fail(v.location(), path, "expected a list of strings, got " + got);
+      for (std::size_t i = 0; i < v.items().size(); ++i) {
+        const ConfigValue& item = v.items()[i];
+        if (!item.is_scalar())
+          fail(item.location(), path + "[" + std::to_string(i) + "]",
+               "expected a string, got " + sdk::detail::describe_value(item));
+      }
+      return;
+    case ConfigType::kComponent:
+      check_component(v, path, false);
+      return;
+    case ConfigType::kComponentList:
+      if (v.is_null()) return;
+      if (!v.is_sequence()) fail(v.location(), path, "expected a list of components, got " + got);
+      for (std::size_t i = 0; i < v.items().size(); ++i)
+        check_component(v.items()[i], path + "[" + std::to_string(i) + "]", true);
+      return;
+  }
+}
+
+void validate_section(const ConfigValue& map, const std::string& section) {
+  for (const auto& e : map.entries()) {
+    const std::string path = join_key(section, e.key);
+    if (const ConfigKeySpec* spec = find_config_key(path)) {
+      check_value(*spec, e.value, path);
+    } else if (is_section_path(path)) {
+      if (!e.value.is_map())
+        fail(e.value.location(), path, "expected a map, got " + sdk::detail::describe_value(e.value));
+      validate_section(e.value, path);
+    } else {
+      std::string where = e.key_location.to_string();
+      throw ConfigError((where.empty() ? "" : where + ": ") + "unknown key '" + path + "'" +
+                        did_you_mean(path, keys_below(section)));
+    }
+  }
+}
+
+ConfigValue* find_path(ConfigValue& root, const std::string& dotted) {
+  ConfigValue* cur = &root;
+  std::size_t start = 0;
+  while (cur) {
+    std::size_t dot = dotted.find('.', start);
+    std::string seg = dotted.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    cur = cur->is_map() ? cur->find(seg) : nullptr;
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return cur;
+}
+
+void expand_shorthand(ConfigValue& v) {
+  if (!v.is_scalar()) return;
+  SourceLocation loc = v.location();
+  ConfigValue map = ConfigValue::make_map(loc);
+  map.set("name", v, loc);
+  v = std::move(map);
+}
+
+std::string type_column(const ConfigKeySpec& spec) {
+  if (spec.type != ConfigType::kEnum) return config_type_name(spec.type);
+  std::vector<std::string> quoted;
+  for (const auto& c : spec.choices) quoted.push_back("`" + c + "`");
+  return "one of " + join(quoted, ", ");
+}
+
+std::string table_cell(std::string text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* config_type_name(ConfigType type) {
+  switch (type) {
+    case ConfigType::kBool: return "bool";
+    case ConfigType::kInt: return "int";
+    case ConfigType::kNumber: return "number";
+    case ConfigType::kString: return "string";
+    case ConfigType::kEnum: return "enum";
+    case ConfigType::kStringList: return "list of strings";
+    case ConfigType::kComponent: return "component";
+    case ConfigType::kComponentList: return "list of components";
+  }
+  return "?";
+}
+
+const ConfigKeySpec* find_config_key(const std::string& path) {
+  for (const auto& spec : config_schema())
+    if (path == spec.path) return &spec;
+  return nullptr;
+}
+
+ConfigNodeKind config_node_kind(const std::string& path) {
+  if (const ConfigKeySpec* spec = find_config_key(path))
+    return spec->type == ConfigType::kComponent ? ConfigNodeKind::kComponent : ConfigNodeKind::kValue;
+  if (is_section_path(path)) return ConfigNodeKind::kSection;
+  // "verifiers[3]": an item of a component list.
+  std::size_t bracket = path.rfind('[');
+  if (bracket != std::string::npos && path.back() == ']' && bracket + 2 < path.size() &&
+      path.find_first_not_of("0123456789", bracket + 1) == path.size() - 1) {
+    const ConfigKeySpec* list = find_config_key(path.substr(0, bracket));
+    if (list && list->type == ConfigType::kComponentList) return ConfigNodeKind::kComponent;
+  }
+  return ConfigNodeKind::kUnknown;
+}
+
+sdk::ConfigValue default_config() {
+  const SourceLocation loc{kDefaultSource, 0, 0};
+  ConfigValue root = ConfigValue::make_map(loc);
+  for (const auto& spec : config_schema()) {
+    ConfigValue value = parse_yaml(spec.default_yaml, kDefaultSource);
+    relocate(value, loc);
+    ConfigValue* cur = &root;
+    std::string_view path = spec.path;
+    std::size_t start = 0;
+    for (std::size_t dot = path.find('.'); dot != std::string_view::npos; dot = path.find('.', start)) {
+      std::string seg(path.substr(start, dot - start));
+      ConfigValue* next = cur->find(seg);
+      cur = next ? next : &cur->set(seg, ConfigValue::make_map(loc), loc);
+      start = dot + 1;
+    }
+    cur->set(std::string(path.substr(start)), std::move(value), loc);
+  }
+  return root;
+}
+
+void validate_config(const sdk::ConfigValue& root) {
+  if (!root.is_map())
+    fail(root.location(), "", std::string("expected a map of configuration keys at the top level, got ") +
+                                  sdk::detail::describe_value(root));
+  validate_section(root, "");
+}
+
+void normalize_config(sdk::ConfigValue& root) {
+  for (const auto& spec : config_schema()) {
+    ConfigValue* v = find_path(root, spec.path);
+    if (!v) continue;
+    switch (spec.type) {
+      case ConfigType::kComponent:
+        expand_shorthand(*v);
+        break;
+      case ConfigType::kComponentList:
+        if (v->is_null()) *v = ConfigValue::make_sequence(v->location());
+        if (v->is_sequence())
+          for (auto& item : v->items()) expand_shorthand(item);
+        break;
+      case ConfigType::kStringList:
+        if (v->is_null()) {
+          *v = ConfigValue::make_sequence(v->location());
+        } else if (v->is_scalar()) {
+          ConfigValue list = ConfigValue::make_sequence(v->location());
+          list.items().push_back(std::move(*v));
+          *v = std::move(list);
+        }
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+std::string config_reference_markdown() {
+  std::string md;
+  md += "# Configuration reference\n\n";
+  md += "<!-- Generated from the schema table in core/config/schema.cpp; do not edit by hand.\n"
+        "     Regenerate: GRPO_UPDATE_DOCS=1 grpo_tests --gtest_filter=ConfigReference.DocsFileIsCurrent -->\n\n";
+  md += "A run's configuration is built in layers, each overriding the one before: the built-in\n"
+        "defaults listed below, then every `--config FILE` in the order given (a later file wins),\n"
+        "then every `--set KEY=VALUE` in the order given. Maps merge key by key; scalars and lists\n"
+        "replace. The result is validated before anything starts: an unknown key or a value of the\n"
+        "wrong type is an error naming the file, line, column and key path (with a suggestion for\n"
+        "misspelled keys). The effective configuration is written to the run directory.\n\n";
+
+  md += "## Keys\n";
+  std::vector<std::string> sections;
+  for (const auto& spec : config_schema()) {
+    std::string_view path = spec.path;
+    std::string section(path.substr(0, path.find('.')));
+    bool seen = false;
+    for (const auto& s : sections) seen = seen || s == section;
+    if (!seen) sections.push_back(section);
+  }
+  for (const auto& section : sections) {
+    md += "\n### " + section + "\n\n";
+    md += "| Key | Type | Default | Description |\n";
+    md += "|---|---|---|---|\n";
+    for (const auto& spec : config_schema()) {
+      std::string_view path = spec.path;
+      if (path != section && !starts_with(path, section + ".")) continue;
+      md += "| `" + std::string(path) + "` | " + table_cell(type_column(spec)) + " | `" + table_cell(spec.default_yaml) +
+            "` | " + table_cell(spec.doc) + " |\n";
+    }
+  }
+
+  md += "\n## Value types\n\n";
+  md += "- **bool**: `true` or `false` (also `yes`/`no`, `on`/`off`).\n"
+        "- **int**: a decimal integer. **number**: an integer or decimal (`1e-6`, `.inf`).\n"
+        "- **string**: any scalar; quote it (`\"007\"`) to keep YAML from reading it as something else.\n"
+        "- **list of strings**: `[a, b]` or a block list; a single string counts as a one-element list.\n"
+        "- `null` (or an empty value) means \"none\" for lists and components; it is not accepted\n"
+        "  for the other types.\n";
+
+  md += "\n## Component nodes\n\n";
+  md += "Keys of type *component* select a component (built in or from a plugin) by name and\n"
+        "configure it. Three forms are accepted:\n\n"
+        "```yaml\n"
+        "algorithm:\n"
+        "  advantage: null               # no component\n"
+        "  kl_estimator: k3              # shorthand for {name: k3}\n"
+        "  policy_loss:                  # a map with a required `name`; every other key is an option\n"
+        "    name: ppo_clip\n"
+        "    clip_high: 0.28\n"
+        "```\n\n"
+        "Options are validated by the component itself when it is created, before training starts:\n"
+        "an option it does not know is an error. A later layer that names the same component (or\n"
+        "no name) adds or changes options; one that names a different component replaces the node.\n"
+        "A *list of components* holds such nodes; each verifier entry may also carry `weight` (a\n"
+        "number, default 1.0):\n\n"
+        "```yaml\n"
+        "verifiers:\n"
+        "  - math                        # weight 1.0, default options\n"
+        "  - name: format\n"
+        "    weight: 0.5\n"
+        "```\n";
+
+  md += "\n## `--set` syntax\n\n";
+  md += "`--set KEY=VALUE` sets one key after all `--config` files, and may be repeated (applied in\n"
+        "order). `KEY` is a dotted path; a numeric segment indexes a list (one past the end appends).\n"
+        "`VALUE` is parsed as YAML, so flow lists and maps work; an empty value is null.\n\n"
+        "```sh\n"
+        "--set run.seed=3\n"
+        "--set log.level=debug\n"
+        "--set plugins.paths=[/opt/grpo/plugins, ./build/plugins]\n"
+        "--set algorithm.policy_loss={name: ppo_clip, clip_high: 0.28}\n"
+        "--set verifiers.0.weight=2\n"
+        "--set 'run.output_dir=\"runs/007\"'\n"
+        "```\n\n"
+        "A map value merges into the existing node, like a `--config` layer. Errors in a `--set`\n"
+        "name it by position, e.g. `--set #2: unknown key 'run.sed' (did you mean 'run.seed'?)`.\n";
+  return md;
+}
+
+}  // namespace grpo::core

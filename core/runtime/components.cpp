@@ -1,0 +1,93 @@
+#include "core/runtime/components.h"
+
+#include <filesystem>
+
+#include "grpo/sdk/config_view.h"
+
+namespace grpo::core {
+
+namespace {
+
+const sdk::ConfigValue* at_path(const sdk::ConfigValue& root, std::initializer_list<const char*> keys) {
+  const sdk::ConfigValue* node = &root;
+  for (const char* k : keys) {
+    if (!node->is_map()) return nullptr;
+    node = node->find(k);
+    if (!node) return nullptr;
+  }
+  return node;
+}
+
+std::vector<std::string> string_list(const sdk::ConfigValue& root, const char* section, const char* key) {
+  return sdk::ConfigView(at_path(root, {section}), section).get_string_list(key, {});
+}
+
+// The component slots besides verifiers, in construction order.
+struct Slot {
+  const char* section;
+  const char* key;
+  sdk::ComponentKind kind;
+};
+constexpr Slot kSlots[] = {
+    {"rollout", "backend", sdk::ComponentKind::kRolloutBackend},
+    {"algorithm", "advantage", sdk::ComponentKind::kAdvantage},
+    {"algorithm", "policy_loss", sdk::ComponentKind::kPolicyLoss},
+    {"algorithm", "kl_estimator", sdk::ComponentKind::kKlEstimator},
+};
+
+}  // namespace
+
+std::string component_name(const sdk::ConfigValue& node, const std::string& key_path) {
+  if (node.is_scalar()) return node.scalar();
+  return sdk::ConfigView(&node, key_path).require_string("name");
+}
+
+PluginSearchPath plugin_search_path(const sdk::ConfigValue& root, const std::vector<std::string>& config_files) {
+  PluginSearchPath sp;
+  sp.explicit_dirs = string_list(root, "plugins", "paths");
+  for (const auto& f : config_files) {
+    std::filesystem::path dir = std::filesystem::path(f).parent_path();
+    sp.config_dirs.push_back(dir.empty() ? "." : dir.string());
+  }
+  return sp;
+}
+
+void load_configured_plugins(PluginRegistry& registry, const sdk::ConfigValue& root) {
+  const auto entries = string_list(root, "plugins", "load");
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    try {
+      registry.load(entries[i]);
+    } catch (const PluginError& e) {
+      throw PluginError("plugins.load[" + std::to_string(i) + "]: " + e.what());
+    }
+  }
+}
+
+RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigValue& root) {
+  RuntimeComponents out;
+  if (const sdk::ConfigValue* list = at_path(root, {"verifiers"}); list && list->is_sequence()) {
+    for (std::size_t i = 0; i < list->items().size(); ++i) {
+      const sdk::ConfigValue& node = list->items()[i];
+      VerifierSlot slot;
+      slot.key_path = "verifiers[" + std::to_string(i) + "]";
+      slot.name = component_name(node, slot.key_path);
+      const sdk::ConfigValue* options = node.is_map() ? &node : nullptr;
+      if (options) slot.weight = sdk::ConfigView(options, slot.key_path).get_double("weight", 1.0);
+      slot.verifier = registry.create_verifier(slot.name, options, slot.key_path);
+      out.verifiers.push_back(std::move(slot));
+    }
+  }
+  for (const Slot& s : kSlots) {
+    const sdk::ConfigValue* node = at_path(root, {s.section, s.key});
+    if (!node || node->is_null()) continue;
+    ConfiguredComponent c;
+    c.key_path = std::string(s.section) + "." + s.key;
+    c.kind = s.kind;
+    c.name = component_name(*node, c.key_path);
+    c.object = registry.create(s.kind, c.name, node->is_map() ? node : nullptr, c.key_path);
+    out.others.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace grpo::core

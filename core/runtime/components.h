@@ -1,0 +1,50 @@
+// Builds the components a config names: verifiers, and (when configured) the advantage
+// estimator, policy loss, KL estimator and rollout backend. Used by grpo-run's --validate
+// and by the trainer, so that a config that validates is a config that runs.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/plugin/plugin_registry.h"
+#include "grpo/sdk/config_value.h"
+#include "grpo/sdk/verifier.h"
+
+namespace grpo::core {
+
+struct VerifierSlot {
+  std::string name;      // as written in the config ("exact_match", "my_plugin/score")
+  std::string key_path;  // "verifiers[0]"
+  double weight = 1.0;
+  std::shared_ptr<sdk::Verifier> verifier;
+};
+
+// Torch-side components are held type-erased here so that this header stays torch-free;
+// the trainer casts them with std::static_pointer_cast<sdk::PolicyLoss> etc.
+struct ConfiguredComponent {
+  std::string name;
+  std::string key_path;
+  sdk::ComponentKind kind;
+  std::shared_ptr<void> object;  // null when the slot is not configured
+};
+
+struct RuntimeComponents {
+  std::vector<VerifierSlot> verifiers;
+  std::vector<ConfiguredComponent> others;  // advantage, policy_loss, kl_estimator, rollout backend
+};
+
+// The search path a config implies: plugins.paths, the --config files' folders,
+// $GRPO_PLUGIN_PATH, the install's plugin dir.
+PluginSearchPath plugin_search_path(const sdk::ConfigValue& root, const std::vector<std::string>& config_files);
+
+// Loads every entry of plugins.load. Throws PluginError naming the entry's key path.
+void load_configured_plugins(PluginRegistry& registry, const sdk::ConfigValue& root);
+
+// Constructs every configured component. Throws PluginError or sdk::ConfigError.
+RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigValue& root);
+
+// The component name of a component node: the string itself, or its `name` key.
+std::string component_name(const sdk::ConfigValue& node, const std::string& key_path);
+
+}  // namespace grpo::core
