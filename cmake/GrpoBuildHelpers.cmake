@@ -42,12 +42,17 @@ macro(grpo_configure_cuda)
   message(STATUS "grpo: LibTorch ${Torch_VERSION}, CUDA code paths: ${GRPO_HAVE_CUDA}")
 endmacro()
 
-# A test fixture plugin: a MODULE library named libgrpo_<name>.so in the fixture folder.
+# A test fixture plugin: a MODULE library named libgrpo_<name>.so in the fixture folder's
+# good/ or (with BAD) bad/ subfolder, so that discovery over good/ never meets a broken one.
 function(grpo_add_fixture_plugin name)
-  cmake_parse_arguments(ARG "TORCH" "" "SOURCES" ${ARGN})
+  cmake_parse_arguments(ARG "TORCH;BAD" "" "SOURCES" ${ARGN})
+  set(_dir "${GRPO_FIXTURE_PLUGIN_DIR}/good")
+  if(ARG_BAD)
+    set(_dir "${GRPO_FIXTURE_PLUGIN_DIR}/bad")
+  endif()
   set(_torch_flag)
   if(ARG_TORCH)
     set(_torch_flag TORCH)
   endif()
-  grpo_add_plugin(${name} SOURCES ${ARG_SOURCES} OUTPUT_DIRECTORY "${GRPO_FIXTURE_PLUGIN_DIR}" NO_INSTALL ${_torch_flag})
+  grpo_add_plugin(${name} SOURCES ${ARG_SOURCES} OUTPUT_DIRECTORY "${_dir}" NO_INSTALL ${_torch_flag})
 endfunction()

@@ -8,9 +8,9 @@
 #   - installs into lib/grpo/plugins unless NO_INSTALL (or INSTALL_DESTINATION overrides it).
 #
 # Shipped with the SDK (find_package(grpo)) and used by the project itself.
-set(GRPO_PLUGIN_VERSION_SCRIPT "${CMAKE_CURRENT_LIST_DIR}/grpo_plugin.map")
-
 function(grpo_add_plugin name)
+  # Next to this file, wherever find_package() or include() happened.
+  set(GRPO_PLUGIN_VERSION_SCRIPT "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/grpo_plugin.map")
   cmake_parse_arguments(ARG "TORCH;NO_INSTALL" "OUTPUT_DIRECTORY;INSTALL_DESTINATION" "SOURCES" ${ARGN})
   if(NOT ARG_SOURCES)
     message(FATAL_ERROR "grpo_add_plugin(${name}): SOURCES is required")
@@ -48,7 +48,8 @@ function(grpo_add_plugin name)
     elseif(DEFINED GRPO_PLUGIN_INSTALL_DIR)
       set(dest "${GRPO_PLUGIN_INSTALL_DIR}")
     else()
-      set(dest "lib/grpo/plugins")
+      include(GNUInstallDirs)
+      set(dest "${CMAKE_INSTALL_LIBDIR}/grpo/plugins")
     endif()
     install(TARGETS ${target} LIBRARY DESTINATION "${dest}")
   endif()

@@ -33,8 +33,8 @@ built-in defaults < --config files (in order; a later file wins) < --set overrid
 Every key is documented in docs/config.md (or: grpo-run --config-reference).
 
 Examples:
-  grpo-run --config configs/quickstart.yaml
-  grpo-run --config configs/quickstart.yaml --set run.seed=2 --validate
+  grpo-run --config configs/exact_match.yaml --validate
+  grpo-run --config configs/exact_match.yaml --set run.seed=2 --print-config
   grpo-run --list-plugins
 
 Options)";
@@ -220,6 +220,9 @@ int grpo_run_main(int argc, char** argv) {
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return kExitRuntimeError;
+  } catch (...) {
+    spdlog::error("internal error: an exception not derived from std::exception");
+    return kExitInternalError;
   }
 }
 

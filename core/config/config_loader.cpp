@@ -96,11 +96,13 @@ void apply_override(sdk::ConfigValue& root, const std::string& assignment, int i
   const SourceLocation loc{source, 0, 0};
   relocate(value, loc);
 
-  // A shorthand component written by an earlier layer ("verifiers: [math]") becomes a map
-  // here, so that `verifiers.0.weight=2` can reach into it.
-  normalize_config(root);
+  // Work on a copy so that a failed assignment leaves `root` untouched. A shorthand component
+  // written by an earlier layer ("verifiers: [math]") becomes a map here, so that
+  // `verifiers.0.weight=2` can reach into it.
+  ConfigValue work = root;
+  normalize_config(work);
 
-  ConfigValue* node = &root;
+  ConfigValue* node = &work;
   std::string schema_path;  // "verifiers[0].weight": what the schema and merge_config expect
   std::string shown;        // "verifiers.0.weight": as the user wrote it, for messages
   for (const std::string& seg : segments) {
@@ -129,7 +131,8 @@ void apply_override(sdk::ConfigValue& root, const std::string& assignment, int i
     schema_path += (schema_path.empty() ? "" : ".") + seg;
   }
   merge_config(*node, value, schema_path);
-  normalize_config(root);
+  normalize_config(work);
+  root = std::move(work);
 }
 
 sdk::ConfigValue load_config(const ConfigSources& sources) {

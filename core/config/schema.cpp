@@ -248,7 +248,8 @@ ConfigNodeKind config_node_kind(const std::string& path) {
   return ConfigNodeKind::kUnknown;
 }
 
-sdk::ConfigValue default_config() {
+namespace {
+ConfigValue build_defaults() {
   const SourceLocation loc{kDefaultSource, 0, 0};
   ConfigValue root = ConfigValue::make_map(loc);
   for (const auto& spec : config_schema()) {
@@ -266,6 +267,13 @@ sdk::ConfigValue default_config() {
     cur->set(std::string(path.substr(start)), std::move(value), loc);
   }
   return root;
+}
+}  // namespace
+
+sdk::ConfigValue default_config() {
+  // Built once (parsing the table's YAML defaults); callers get their own copy.
+  static const ConfigValue defaults = build_defaults();
+  return defaults;
 }
 
 void validate_config(const sdk::ConfigValue& root) {
@@ -370,17 +378,20 @@ std::string config_reference_markdown() {
   md += "\n## `--set` syntax\n\n";
   md += "`--set KEY=VALUE` sets one key after all `--config` files, and may be repeated (applied in\n"
         "order). `KEY` is a dotted path; a numeric segment indexes a list (one past the end appends).\n"
-        "`VALUE` is parsed as YAML, so flow lists and maps work; an empty value is null.\n\n"
+        "`VALUE` is parsed as YAML, so flow lists and maps work; an empty value is null. Quote the\n"
+        "whole assignment for the shell when it holds spaces, brackets or quotes.\n\n"
         "```sh\n"
         "--set run.seed=3\n"
         "--set log.level=debug\n"
-        "--set plugins.paths=[/opt/grpo/plugins, ./build/plugins]\n"
-        "--set algorithm.policy_loss={name: ppo_clip, clip_high: 0.28}\n"
+        "--set 'plugins.paths=[/opt/grpo/plugins, ./build/plugins]'\n"
+        "--set 'algorithm.policy_loss={name: ppo_clip, clip_high: 0.28}'\n"
+        "--set algorithm.kl_estimator=k3\n"
         "--set verifiers.0.weight=2\n"
-        "--set 'run.output_dir=\"runs/007\"'\n"
+        "--set 'run.output_dir=\"007\"'\n"
         "```\n\n"
-        "A map value merges into the existing node, like a `--config` layer. Errors in a `--set`\n"
-        "name it by position, e.g. `--set #2: unknown key 'run.sed' (did you mean 'run.seed'?)`.\n";
+        "A map value merges into the node at `KEY` like a `--config` layer: a section keeps its other\n"
+        "keys, a component keeps its options unless the map names a different component. Errors in\n"
+        "a `--set` name it by position, e.g. `--set #2: unknown key 'run.sed' (did you mean 'run.seed'?)`.\n";
   return md;
 }
 

@@ -52,7 +52,10 @@ sdk::ConfigValue default_config();
 //   "FILE:LINE:COL: unknown key 'run.ouput_dir' (did you mean 'run.output_dir'?)"
 //   "FILE:LINE:COL: run.seed: expected an integer, got \"abc\""
 //   "FILE:LINE:COL: log.level: expected one of trace, debug, info, warn, error, got \"verbose\""
-//   "FILE:LINE:COL: verifiers[0]: component map has no 'name' (write `name: <component>`)"
+//   "FILE:LINE:COL: verifiers[0]: component map has no 'name' (a component is written `NAME`
+//    or as a map `{name: NAME, ...options}`)"
+//   "FILE:LINE:COL: verifiers[0].weight: expected a finite number, got \"heavy\""
+//   "FILE:LINE:COL: run: expected a map, got \"5\""
 // Accepts the short spellings normalize_config rewrites. Null is accepted for lists (meaning
 // empty) and components (meaning none), not for other types.
 void validate_config(const sdk::ConfigValue& root);

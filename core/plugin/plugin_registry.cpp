@@ -65,8 +65,10 @@ const sdk::HostInfo& host_info() {
   return info;
 }
 
-// The manifest fields that every ABI major-1 plugin has, whatever its minor.
-constexpr std::size_t kManifestSizeV1_0 = sizeof(sdk::PluginManifest);
+// The manifest fields that every ABI major-1 plugin has, whatever its minor: later minors
+// append fields after register_components.
+constexpr std::size_t kManifestSizeV1_0 =
+    offsetof(sdk::PluginManifest, register_components) + sizeof(sdk::RegisterFn);
 
 }  // namespace
 
@@ -76,6 +78,7 @@ struct PluginRegistry::Library {
   std::string file;  // canonical path
   boost::dll::shared_library handle;
   const sdk::PluginManifest* manifest = nullptr;
+  std::string not_a_plugin;  // set when the file has no entry point: every load repeats it
 };
 
 struct PluginRegistry::Component {
@@ -193,16 +196,17 @@ PluginInfo PluginRegistry::load_file_locked(const std::string& path) {
         throw PluginError("cannot load plugin '" + file + "': " + (detail ? std::string(detail) : load_error.message()));
       }
       if (!fresh->handle.has(GRPO_PLUGIN_ENTRY_SYMBOL)) {
-        library_cache()[file] = fresh;  // stays mapped: never unloaded once loaded
-        throw PluginError("'" + file + "' is not a grpo plugin: it does not export the entry symbol '" +
-                          GRPO_PLUGIN_ENTRY_SYMBOL + "' (define it with GRPO_PLUGIN(...) from <grpo/sdk/plugin.h>)");
+        fresh->not_a_plugin = "'" + file + "' is not a grpo plugin: it does not export the entry symbol '" +
+                              GRPO_PLUGIN_ENTRY_SYMBOL + "' (define it with GRPO_PLUGIN(...) from <grpo/sdk/plugin.h>)";
+      } else {
+        auto entry = fresh->handle.get<const sdk::PluginManifest*()>(GRPO_PLUGIN_ENTRY_SYMBOL);
+        fresh->manifest = entry();
       }
-      auto entry = fresh->handle.get<const sdk::PluginManifest*()>(GRPO_PLUGIN_ENTRY_SYMBOL);
-      fresh->manifest = entry();
-      library_cache()[file] = fresh;
+      library_cache()[file] = fresh;  // stays mapped: never unloaded once loaded
       lib = fresh;
     }
   }
+  if (!lib->not_a_plugin.empty()) throw PluginError(lib->not_a_plugin);
   if (!lib->manifest) throw PluginError("'" + file + "' is not a grpo plugin: its entry point returned no manifest");
   const sdk::PluginManifest& m = *lib->manifest;
 
@@ -242,6 +246,10 @@ PluginInfo PluginRegistry::load_file_locked(const std::string& path) {
           throw PluginError(label + ": ABI layout table lacks " + h.name + " (corrupt manifest)");
         continue;  // an older minor predates this type
       }
+      // The manifest and HostInfo only grow (append-only within a major): an older minor's
+      // are smaller, which the manifest_size check above already bounds.
+      const bool append_only = std::string(h.name) == "grpo::sdk::PluginManifest" || std::string(h.name) == "grpo::sdk::HostInfo";
+      if (append_only && m.abi_minor < GRPO_SDK_ABI_MINOR) continue;
       if (p->size != h.size || p->align != h.align)
         throw PluginError(label + ": ABI mismatch: sizeof/alignof(" + h.name + ") is " + std::to_string(p->size) + "/" +
                           std::to_string(p->align) + " in the plugin but " + std::to_string(h.size) + "/" +
@@ -378,11 +386,22 @@ const PluginRegistry::Component* PluginRegistry::resolve_locked(sdk::ComponentKi
   const std::string file_plugin = plugin.empty() ? component : plugin;
   bool loaded_by_name = false;
   for (const auto& p : plugins_) loaded_by_name = loaded_by_name || p.name == file_plugin;
-  if (!loaded_by_name && search_path_.find_plugin_file(file_plugin)) load_plugin(file_plugin);
+  if (!loaded_by_name && search_path_.find_plugin_file(file_plugin)) {
+    try {
+      load_plugin(file_plugin);
+    } catch (const PluginError& e) {
+      throw PluginError(key_path + ": " + e.what());
+    }
+  }
   if (const Component* c = find_locked(kind, plugin, component)) return c;
   if (!plugin.empty()) {
-    if (!search_path_.find_plugin_file(plugin) && !loaded_by_name)
-      load_plugin(plugin);  // throws "not found in the plugin search path"
+    if (!search_path_.find_plugin_file(plugin) && !loaded_by_name) {
+      try {
+        load_plugin(plugin);
+      } catch (const PluginError& e) {
+        throw PluginError(key_path + ": " + e.what());
+      }
+    }
     std::vector<std::string> names;
     for (const auto& c : components_)
       if (c->plugin == plugin && c->kind == kind) names.push_back(c->name);

@@ -2,7 +2,7 @@
 # installed SDK (find_package(grpo)), and load it with the installed grpo-run through
 # GRPO_PLUGIN_PATH.
 #   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -P sdk_install_example.cmake
-foreach(v BUILD_DIR SOURCE_DIR WORK_DIR)
+foreach(v BUILD_DIR SOURCE_DIR WORK_DIR LIBDIR TORCH_PLUGIN_SOURCE)
   if(NOT ${v})
     message(FATAL_ERROR "${v} is required")
   endif()
@@ -21,8 +21,8 @@ function(run_step name)
 endfunction()
 
 run_step("install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
-foreach(f include/grpo/sdk/plugin.h lib/cmake/grpo/grpoConfig.cmake lib/cmake/grpo/GrpoPlugin.cmake bin/grpo-run
-          lib/grpo/plugins/libgrpo_exact_match.so)
+foreach(f include/grpo/sdk/plugin.h ${LIBDIR}/cmake/grpo/grpoConfig.cmake ${LIBDIR}/cmake/grpo/GrpoPlugin.cmake
+          bin/grpo-run ${LIBDIR}/grpo/plugins/libgrpo_exact_match.so)
   if(NOT EXISTS "${prefix}/${f}")
     message(FATAL_ERROR "install did not produce ${prefix}/${f}")
   endif()
@@ -59,4 +59,23 @@ execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=GRPO_PLUGIN_PATH
 if(NOT rc EQUAL 4 OR NOT "${out}${err}" MATCHES "libgrpo_custom_reward.so not found")
   message(FATAL_ERROR "expected exit 4 naming libgrpo_custom_reward.so, got ${rc}:\n${out}${err}")
 endif()
-message(STATUS "ok: installed SDK builds the example; grpo-run loads it via GRPO_PLUGIN_PATH")
+# A torch plugin against the installed package: find_package(grpo COMPONENTS torch).
+set(torch_src "${WORK_DIR}/torch-plugin")
+file(MAKE_DIRECTORY "${torch_src}")
+file(WRITE "${torch_src}/CMakeLists.txt"
+"cmake_minimum_required(VERSION 3.18)
+project(torch_plugin LANGUAGES CXX)
+find_package(grpo REQUIRED COMPONENTS torch)
+grpo_add_plugin(fixture_torch TORCH SOURCES \"${TORCH_PLUGIN_SOURCE}\" OUTPUT_DIRECTORY \"\${CMAKE_BINARY_DIR}\")
+")
+run_step("configure torch plugin" ${CMAKE_COMMAND} -S "${torch_src}" -B "${torch_src}/build"
+         -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+run_step("build torch plugin" ${CMAKE_COMMAND} --build "${torch_src}/build")
+file(WRITE "${WORK_DIR}/config/torch.yaml"
+"algorithm:\n  advantage: fixture_centered\n  kl_estimator: {name: fixture_torch/fixture_k1}\n")
+run_step("grpo-run --validate (torch plugin)" ${CMAKE_COMMAND} -E env GRPO_PLUGIN_PATH=${torch_src}/build
+         "${prefix}/bin/grpo-run" --validate --config "${WORK_DIR}/config/torch.yaml")
+if(NOT step_output MATCHES "algorithm.advantage=fixture_centered" OR NOT step_output MATCHES "algorithm.kl_estimator=fixture_torch/fixture_k1")
+  message(FATAL_ERROR "grpo-run --validate did not construct the torch plugin's components:\n${step_output}")
+endif()
+message(STATUS "ok: installed SDK builds the example and a torch plugin; grpo-run loads them via GRPO_PLUGIN_PATH")

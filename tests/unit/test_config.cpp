@@ -372,6 +372,9 @@ TEST(Config, MalformedSet) {
   EXPECT_EQ(msg.rfind("--set #7 'plugins.paths=[a, b': YAML syntax error in the value", 0), 0u) << msg;
   EXPECT_EQ(error_of([&] { apply_override(root, "run={seed: 1, seed: 2}", 8); }),
             "--set #8 'run={seed: 1, seed: 2}': invalid value: duplicate key 'seed' (first defined at line 1)");
+  // A failed assignment leaves the tree as it was.
+  ConfigValue before = default_config();
+  EXPECT_TRUE(same_tree(root, before));
   // Through load_config the index is the 1-based position on the command line.
   EXPECT_EQ(error_of([] { load_config(ConfigSources{{}, {"run.seed=1", "log.level"}}); }),
             "--set #2 'log.level': expected KEY=VALUE");

@@ -84,7 +84,8 @@ class ConfigValue {
 
   // Scalar text as written (without quotes). Empty for non-scalars.
   const std::string& scalar() const { return scalar_; }
-  // True when the scalar was quoted in the source ("5" is a string, 5 is plain).
+  // True when the scalar was quoted in the source. Typed getters accept quoted numerals and
+  // booleans ("0.2" reads as 0.2); quoting matters when the config is written back as YAML.
   bool quoted() const { return quoted_; }
 
   const std::vector<ConfigValue>& items() const { return items_; }

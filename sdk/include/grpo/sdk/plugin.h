@@ -4,8 +4,9 @@
 // pointer to a static PluginManifest. The host reads the manifest's leading fields
 // (magic, ABI major/minor, manifest size) before trusting anything else, checks the
 // layout table (sizeof/alignof of every type that crosses the boundary, as compiled by the
-// plugin) and `_GLIBCXX_USE_CXX11_ABI`, and only then calls `register_components` once,
-// under the loader's lock, with a Registrar.
+// plugin) and `_GLIBCXX_USE_CXX11_ABI`, and only then calls `register_components`, under
+// the loader's lock, with a Registrar: once per registry that loads the library (a process
+// normally has one).
 //
 //   #include <grpo/sdk/plugin.h>
 //   #include <grpo/sdk/verifier.h>

@@ -1,5 +1,5 @@
-// AdvantageEstimator: sequence rewards (and optional token rewards) to per-token advantages.
-// Formulas of the built-in estimators: docs/algorithms.md.
+// AdvantageEstimator: sequence rewards (and optional token rewards) to per-token advantages
+// (group z-score for GRPO, group-centred for Dr.GRPO, leave-one-out for RLOO, ...).
 #pragma once
 
 #include <vector>

@@ -1,5 +1,5 @@
 // KlEstimator: per-token estimate of KL(policy || reference) from the two log-probs of the
-// sampled tokens (k1, k2, k3, k4 in docs/algorithms.md).
+// sampled tokens (the k1, k2, k3 and k4 estimators of Schulman's "Approximating KL divergence").
 #pragma once
 
 #include "grpo/sdk/torch/batch.h"
