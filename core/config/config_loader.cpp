@@ -16,15 +16,6 @@ using sdk::ConfigError;
 using sdk::ConfigValue;
 using sdk::SourceLocation;
 
-void relocate(ConfigValue& v, const SourceLocation& loc) {
-  v.set_location(loc);
-  for (auto& item : v.items()) relocate(item, loc);
-  for (auto& e : v.entries()) {
-    e.key_location = loc;
-    relocate(e.value, loc);
-  }
-}
-
 // True when both component maps carry a name and the names differ: the later node selects a
 // different component, whose options must not be mixed with the earlier one's.
 bool names_other_component(const ConfigValue& base, const ConfigValue& layer) {

@@ -70,15 +70,6 @@ std::vector<std::string> keys_below(const std::string& section) {
   throw ConfigError((where.empty() ? "" : where + ": ") + (path.empty() ? "" : path + ": ") + message);
 }
 
-void relocate(ConfigValue& v, const SourceLocation& loc) {
-  v.set_location(loc);
-  for (auto& item : v.items()) relocate(item, loc);
-  for (auto& e : v.entries()) {
-    e.key_location = loc;
-    relocate(e.value, loc);
-  }
-}
-
 const char* const kComponentForms = "a component is written `NAME` or as a map `{name: NAME, ...options}`";
 
 void check_component(const ConfigValue& v, const std::string& path, bool in_list) {
@@ -393,6 +384,15 @@ std::string config_reference_markdown() {
         "keys, a component keeps its options unless the map names a different component. Errors in\n"
         "a `--set` name it by position, e.g. `--set #2: unknown key 'run.sed' (did you mean 'run.seed'?)`.\n";
   return md;
+}
+
+void relocate(sdk::ConfigValue& v, const sdk::SourceLocation& loc) {
+  v.set_location(loc);
+  for (auto& item : v.items()) relocate(item, loc);
+  for (auto& e : v.entries()) {
+    e.key_location = loc;
+    relocate(e.value, loc);
+  }
 }
 
 }  // namespace grpo::core

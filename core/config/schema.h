@@ -48,6 +48,10 @@ inline constexpr double kDefaultVerifierWeight = 1.0;
 // The built-in defaults as a tree; every node's location has file "<default>".
 sdk::ConfigValue default_config();
 
+// Gives every node (and map key) of `v` the location `loc`: defaults and --set values come
+// from one place each, not from a file position.
+void relocate(sdk::ConfigValue& v, const sdk::SourceLocation& loc);
+
 // Throws sdk::ConfigError on the first problem, naming the location and key path:
 //   "FILE:LINE:COL: unknown key 'run.ouput_dir' (did you mean 'run.output_dir'?)"
 //   "FILE:LINE:COL: run.seed: expected an integer, got \"abc\""

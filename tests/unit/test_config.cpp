@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/support/error_of.h"
 #include "core/config/config_loader.h"
 #include "core/config/schema.h"
 #include "core/config/yaml_loader.h"
@@ -34,17 +35,7 @@ std::string write(const std::string& dir, const std::string& name, const std::st
   return path;
 }
 
-// The message of the ConfigError `fn` throws; fails the test when it throws nothing.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ConfigError";
-  return {};
-}
+using grpo::testing::error_of;
 
 const ConfigValue& at(const ConfigValue& root, std::initializer_list<const char*> keys) {
   const ConfigValue* v = &root;

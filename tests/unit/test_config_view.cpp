@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/error_of.h"
 #include "core/config/yaml_loader.h"
 #include "grpo/sdk/config_view.h"
 
@@ -16,16 +17,7 @@ using grpo::sdk::ConfigError;
 using grpo::sdk::ConfigValue;
 using grpo::sdk::ConfigView;
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ConfigError";
-  return {};
-}
+using grpo::testing::error_of;
 
 // Columns are easy to count: every value starts at column 17 (4 spaces, a 12-wide key column).
 const char* const kYaml =
