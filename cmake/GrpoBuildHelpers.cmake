@@ -7,9 +7,11 @@ function(grpo_enable_ccache)
   endif()
   find_program(GRPO_CCACHE_PROGRAM ccache)
   if(GRPO_CCACHE_PROGRAM)
-    set(CMAKE_CXX_COMPILER_LAUNCHER "${GRPO_CCACHE_PROGRAM}" PARENT_SCOPE)
-    # PCH and ccache: ccache needs these sloppiness settings to cache PCH-using TUs.
-    set(ENV{CCACHE_SLOPPINESS} "pch_defines,time_macros,include_file_mtime,include_file_ctime")
+    # ccache caches PCH-using translation units only with these sloppiness settings; they are
+    # passed on every compile (an ENV set here would reach the configure step only).
+    set(CMAKE_CXX_COMPILER_LAUNCHER
+        "${CMAKE_COMMAND};-E;env;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;${GRPO_CCACHE_PROGRAM}"
+        PARENT_SCOPE)
     message(STATUS "grpo: using ccache at ${GRPO_CCACHE_PROGRAM}")
   endif()
 endfunction()
