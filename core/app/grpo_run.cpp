@@ -61,17 +61,8 @@ struct Options {
   bool config_reference = false;
 };
 
-const sdk::ConfigValue* find_path(const sdk::ConfigValue& root, std::initializer_list<const char*> keys) {
-  const sdk::ConfigValue* node = &root;
-  for (const char* k : keys) {
-    node = node->is_map() ? node->find(k) : nullptr;
-    if (!node) return nullptr;
-  }
-  return node;
-}
-
 std::string config_string(const sdk::ConfigValue& root, const char* section, const char* key) {
-  return sdk::ConfigView(find_path(root, {section}), section).require_string(key);
+  return sdk::ConfigView(find_config_node(root, {section}), section).require_string(key);
 }
 
 void print_plugin_table(const PluginRegistry& registry, std::ostream& os) {

@@ -6,9 +6,7 @@
 
 namespace grpo::core {
 
-namespace {
-
-const sdk::ConfigValue* at_path(const sdk::ConfigValue& root, std::initializer_list<const char*> keys) {
+const sdk::ConfigValue* find_config_node(const sdk::ConfigValue& root, std::initializer_list<const char*> keys) {
   const sdk::ConfigValue* node = &root;
   for (const char* k : keys) {
     if (!node->is_map()) return nullptr;
@@ -18,8 +16,10 @@ const sdk::ConfigValue* at_path(const sdk::ConfigValue& root, std::initializer_l
   return node;
 }
 
+namespace {
+
 std::vector<std::string> string_list(const sdk::ConfigValue& root, const char* section, const char* key) {
-  return sdk::ConfigView(at_path(root, {section}), section).get_string_list(key, {});
+  return sdk::ConfigView(find_config_node(root, {section}), section).get_string_list(key, {});
 }
 
 // The component slots besides verifiers, in construction order.
@@ -65,7 +65,7 @@ void load_configured_plugins(PluginRegistry& registry, const sdk::ConfigValue& r
 
 RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigValue& root) {
   RuntimeComponents out;
-  if (const sdk::ConfigValue* list = at_path(root, {"verifiers"}); list && list->is_sequence()) {
+  if (const sdk::ConfigValue* list = find_config_node(root, {"verifiers"}); list && list->is_sequence()) {
     for (std::size_t i = 0; i < list->items().size(); ++i) {
       const sdk::ConfigValue& node = list->items()[i];
       VerifierSlot slot;
@@ -78,7 +78,7 @@ RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigV
     }
   }
   for (const Slot& s : kSlots) {
-    const sdk::ConfigValue* node = at_path(root, {s.section, s.key});
+    const sdk::ConfigValue* node = find_config_node(root, {s.section, s.key});
     if (!node || node->is_null()) continue;
     ConfiguredComponent c;
     c.key_path = std::string(s.section) + "." + s.key;

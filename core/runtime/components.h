@@ -3,6 +3,7 @@
 // and by the trainer, so that a config that validates is a config that runs.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,9 @@ void load_configured_plugins(PluginRegistry& registry, const sdk::ConfigValue& r
 
 // Constructs every configured component. Throws PluginError or sdk::ConfigError.
 RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigValue& root);
+
+// The node at root.k1.k2..., or nullptr when a key is missing or a parent is not a map.
+const sdk::ConfigValue* find_config_node(const sdk::ConfigValue& root, std::initializer_list<const char*> keys);
 
 // The component name of a component node: the string itself, or its `name` key.
 std::string component_name(const sdk::ConfigValue& node, const std::string& key_path);
