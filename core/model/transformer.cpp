@@ -1,0 +1,306 @@
+#include "core/model/transformer.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace grpo::core {
+
+namespace {
+
+// transformers' rotate_half: (x1, x2) -> (-x2, x1) over the two halves of the last dim.
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  // x [B, heads, T, D]; cos/sin [B, 1, T, D] already in x's dtype.
+  return x * cos + rotate_half(x) * sin;
+}
+
+// softmax(q k^T * scaling + mask) v with grouped-query heads, as transformers' eager path:
+// scores in the model dtype, softmax in float32, cast back.
+//   q [B, H, T, D], k/v [B, Hkv, S, D], allowed [B or 1, 1, T, S] bool (true = may attend).
+torch::Tensor grouped_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                const torch::Tensor& allowed, double scaling) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), S = k.size(2);
+  const int64_t rep = H / Hkv;
+  auto qg = q.reshape({B, Hkv, rep, T, D});
+  auto scores = torch::matmul(qg, k.unsqueeze(2).transpose(-1, -2)) * scaling;  // [B, Hkv, rep, T, S]
+  scores = scores.masked_fill(allowed.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
+  auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+  auto out = torch::matmul(probs, v.unsqueeze(2));  // [B, Hkv, rep, T, D]
+  (void)S;
+  return out.reshape({B, H, T, D});
+}
+
+}  // namespace
+
+// ---- AttentionLayout ----------------------------------------------------------------------
+
+AttentionLayout AttentionLayout::padded(const torch::Tensor& attention_mask) {
+  if (attention_mask.dim() != 2) throw std::invalid_argument("attention_mask must be [batch, tokens]");
+  AttentionLayout layout;
+  auto mask = attention_mask.to(torch::kLong);
+  // Positions count real tokens only (left padding gets the same positions as no padding).
+  layout.position_ids = (mask.cumsum(1) - 1).clamp_min(0);
+  layout.key_padding_mask = mask.to(torch::kBool);
+  return layout;
+}
+
+AttentionLayout AttentionLayout::packed(const std::vector<int64_t>& lengths) {
+  if (lengths.empty()) throw std::invalid_argument("a packed batch needs at least one sequence");
+  AttentionLayout layout;
+  layout.cu_seqlens.push_back(0);
+  std::vector<int64_t> positions;
+  for (int64_t len : lengths) {
+    if (len <= 0) throw std::invalid_argument("packed sequence lengths must be positive");
+    for (int64_t p = 0; p < len; ++p) positions.push_back(p);
+    layout.cu_seqlens.push_back(layout.cu_seqlens.back() + len);
+  }
+  layout.position_ids = torch::tensor(positions, torch::kLong).unsqueeze(0);
+  return layout;
+}
+
+// ---- KVCache ------------------------------------------------------------------------------
+
+KVCache::KVCache(const ModelConfig& config, int64_t batch_size, int64_t capacity, torch::Dtype dtype,
+                 torch::Device device)
+    : batch_size_(batch_size), capacity_(capacity) {
+  if (batch_size <= 0 || capacity <= 0) throw std::invalid_argument("KVCache: batch size and capacity must be > 0");
+  auto opts = torch::TensorOptions().dtype(dtype).device(device);
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    keys_.push_back(torch::zeros({batch_size, config.num_key_value_heads, capacity, config.head_dim}, opts));
+    values_.push_back(torch::zeros({batch_size, config.num_key_value_heads, capacity, config.head_dim}, opts));
+  }
+  key_mask_ = torch::zeros({batch_size, capacity}, torch::TensorOptions().dtype(torch::kBool).device(device));
+  next_position_ = torch::zeros({batch_size}, torch::TensorOptions().dtype(torch::kLong).device(device));
+}
+
+void KVCache::reset() {
+  length_ = 0;
+  key_mask_.zero_();
+  next_position_.zero_();
+}
+
+// ---- modules ------------------------------------------------------------------------------
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  // transformers' RMSNorm: normalize in float32, cast back, then scale.
+  auto h = x.to(torch::kFloat32);
+  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return weight * h.to(x.scalar_type());
+}
+
+RotaryEmbedding::RotaryEmbedding(const ModelConfig& c) {
+  const int64_t dim = c.head_dim;
+  // inv_freq = 1 / theta^(2i/d), computed in float32 as transformers does.
+  auto exponents = torch::arange(0, dim, 2, torch::kLong).to(torch::kFloat32) / static_cast<double>(dim);
+  inv_freq_ = 1.0 / torch::pow(torch::scalar_tensor(c.rope_theta, torch::kFloat32), exponents);
+  if (c.rope_scaling) {
+    // transformers' _compute_llama3_parameters: long wavelengths are slowed down by
+    // `factor`, short ones kept, and the band between interpolated smoothly.
+    const auto& s = *c.rope_scaling;
+    const double old_ctx = static_cast<double>(s.original_max_position_embeddings);
+    const double low_freq_wavelen = old_ctx / s.low_freq_factor;
+    const double high_freq_wavelen = old_ctx / s.high_freq_factor;
+    auto wavelen = 2 * M_PI / inv_freq_;
+    auto llama = torch::where(wavelen > low_freq_wavelen, inv_freq_ / s.factor, inv_freq_);
+    auto smooth = (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+    auto smoothed = (1 - smooth) * llama / s.factor + smooth * llama;
+    auto medium = (wavelen < high_freq_wavelen).logical_not() & (wavelen > low_freq_wavelen).logical_not();
+    inv_freq_ = torch::where(medium, smoothed, llama);
+  }
+}
+
+std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::cos_sin(const torch::Tensor& position_ids) const {
+  auto inv = inv_freq_.to(position_ids.device());
+  auto freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv;  // [B, T, D/2]
+  auto emb = torch::cat({freqs, freqs}, -1);
+  return {emb.cos(), emb.sin()};
+}
+
+AttentionImpl::AttentionImpl(const ModelConfig& c, int64_t layer_index)
+    : layer_index_(layer_index),
+      num_heads_(c.num_attention_heads),
+      num_kv_heads_(c.num_key_value_heads),
+      head_dim_(c.head_dim),
+      scaling_(1.0 / std::sqrt(static_cast<double>(c.head_dim))) {
+  using torch::nn::LinearOptions;
+  q_proj = register_module("q_proj", torch::nn::Linear(LinearOptions(c.hidden_size, num_heads_ * head_dim_).bias(c.qkv_bias)));
+  k_proj = register_module("k_proj", torch::nn::Linear(LinearOptions(c.hidden_size, num_kv_heads_ * head_dim_).bias(c.qkv_bias)));
+  v_proj = register_module("v_proj", torch::nn::Linear(LinearOptions(c.hidden_size, num_kv_heads_ * head_dim_).bias(c.qkv_bias)));
+  o_proj = register_module("o_proj", torch::nn::Linear(LinearOptions(num_heads_ * head_dim_, c.hidden_size).bias(c.o_proj_bias)));
+  if (c.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+  }
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                     const AttentionLayout& layout, KVCache* cache) {
+  const int64_t B = x.size(0), T = x.size(1);
+  auto q = q_proj(x).view({B, T, num_heads_, head_dim_});
+  auto k = k_proj(x).view({B, T, num_kv_heads_, head_dim_});
+  auto v = v_proj(x).view({B, T, num_kv_heads_, head_dim_}).transpose(1, 2);
+  if (q_norm) {  // Qwen3: per-head RMSNorm before rotary
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = q.transpose(1, 2);
+  k = k.transpose(1, 2);
+  auto c = cos.unsqueeze(1).to(x.scalar_type());
+  auto s = sin.unsqueeze(1).to(x.scalar_type());
+  q = apply_rotary(q, c, s);
+  k = apply_rotary(k, c, s);
+
+  torch::Tensor out;
+  if (layout.is_packed()) {
+    // Each sequence attends causally within itself only.
+    std::vector<torch::Tensor> parts;
+    parts.reserve(layout.cu_seqlens.size() - 1);
+    for (std::size_t i = 0; i + 1 < layout.cu_seqlens.size(); ++i) {
+      const int64_t start = layout.cu_seqlens[i], len = layout.cu_seqlens[i + 1] - start;
+      auto causal = torch::ones({len, len}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).tril();
+      parts.push_back(grouped_attention(q.narrow(2, start, len), k.narrow(2, start, len), v.narrow(2, start, len),
+                                        causal.view({1, 1, len, len}), scaling_));
+    }
+    out = parts.size() == 1 ? parts[0] : torch::cat(parts, 2);
+  } else {
+    int64_t past = 0;
+    torch::Tensor keys = k, values = v;
+    if (cache) {
+      past = cache->length_;
+      cache->keys_[layer_index_].narrow(2, past, T).copy_(k);
+      cache->values_[layer_index_].narrow(2, past, T).copy_(v);
+      keys = cache->keys_[layer_index_].narrow(2, 0, past + T);
+      values = cache->values_[layer_index_].narrow(2, 0, past + T);
+    }
+    const int64_t S = past + T;
+    auto opts = torch::TensorOptions().dtype(torch::kLong).device(x.device());
+    auto qpos = torch::arange(past, past + T, opts).view({T, 1});
+    auto kpos = torch::arange(0, S, opts).view({1, S});
+    // Causal and real keys only; a query always sees itself so that padding rows stay finite.
+    auto allowed = ((kpos <= qpos).unsqueeze(0) & layout.key_padding_mask.view({B, 1, S})) |
+                   (kpos == qpos).unsqueeze(0);
+    out = grouped_attention(q, keys, values, allowed.unsqueeze(1), scaling_);
+  }
+  return o_proj(out.transpose(1, 2).reshape({B, T, num_heads_ * head_dim_}));
+}
+
+MLPImpl::MLPImpl(const ModelConfig& c) {
+  using torch::nn::LinearOptions;
+  gate_proj = register_module("gate_proj", torch::nn::Linear(LinearOptions(c.hidden_size, c.intermediate_size).bias(c.mlp_bias)));
+  up_proj = register_module("up_proj", torch::nn::Linear(LinearOptions(c.hidden_size, c.intermediate_size).bias(c.mlp_bias)));
+  down_proj = register_module("down_proj", torch::nn::Linear(LinearOptions(c.intermediate_size, c.hidden_size).bias(c.mlp_bias)));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer_index) {
+  self_attn = register_module("self_attn", Attention(c, layer_index));
+  mlp = register_module("mlp", MLP(c));
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                        const AttentionLayout& layout, KVCache* cache) {
+  auto h = x + self_attn(input_layernorm(x), cos, sin, layout, cache);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+DecoderImpl::DecoderImpl(const ModelConfig& c) {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+CausalLMImpl::CausalLMImpl(ModelConfig config) : config_(std::move(config)), rotary_(config_) {
+  model = register_module("model", Decoder(config_));
+  if (!config_.tie_word_embeddings)
+    lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
+}
+
+torch::Tensor CausalLMImpl::lm_head_weight() const {
+  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+}
+
+torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const AttentionLayout& layout, KVCache* cache) {
+  if (input_ids.dim() != 2) throw std::invalid_argument("input_ids must be [batch, tokens]");
+  const int64_t B = input_ids.size(0), T = input_ids.size(1);
+  if (!layout.position_ids.defined() || layout.position_ids.sizes() != input_ids.sizes())
+    throw std::invalid_argument("layout.position_ids must have the shape of input_ids");
+  if (layout.is_packed()) {
+    if (cache) throw std::invalid_argument("a packed batch cannot be decoded against a KV cache");
+    if (B != 1 || layout.cu_seqlens.back() != T)
+      throw std::invalid_argument("a packed batch is one row whose length is the sum of its sequence lengths");
+  } else {
+    const int64_t past = cache ? cache->length() : 0;
+    if (!layout.key_padding_mask.defined() || layout.key_padding_mask.size(0) != B ||
+        layout.key_padding_mask.size(1) != past + T)
+      throw std::invalid_argument("layout.key_padding_mask must be [batch, cached + new tokens]");
+    if (cache && (cache->batch_size() != B || past + T > cache->capacity()))
+      throw std::invalid_argument("KV cache is for batch " + std::to_string(cache->batch_size()) + " and holds " +
+                                  std::to_string(cache->capacity()) + " tokens; got batch " + std::to_string(B) +
+                                  " needing " + std::to_string(past + T));
+  }
+  auto [cos, sin] = rotary_.cos_sin(layout.position_ids);
+  auto h = model->embed_tokens(input_ids);
+  for (const auto& layer : *model->layers) h = layer->as<DecoderLayer>()->forward(h, cos, sin, layout, cache);
+  if (cache) {
+    auto new_mask = layout.key_padding_mask.narrow(1, cache->length_, T);
+    cache->key_mask_.narrow(1, cache->length_, T).copy_(new_mask);
+    cache->next_position_ += new_mask.sum(1);
+    cache->length_ += T;
+  }
+  return model->norm(h);
+}
+
+torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const AttentionLayout& layout, KVCache* cache) {
+  auto h = hidden_states(input_ids, layout, cache);
+  return torch::matmul(h, lm_head_weight().t());
+}
+
+AttentionLayout CausalLMImpl::decode_layout(const KVCache& cache, int64_t new_tokens, const torch::Tensor& new_mask) const {
+  auto device = cache.key_mask_.device();
+  auto mask = new_mask.defined() ? new_mask.to(device).to(torch::kBool)
+                                 : torch::ones({cache.batch_size(), new_tokens}, torch::TensorOptions().dtype(torch::kBool).device(device));
+  if (mask.dim() != 2 || mask.size(0) != cache.batch_size() || mask.size(1) != new_tokens)
+    throw std::invalid_argument("decode_layout: new_mask must be [batch, new_tokens]");
+  AttentionLayout layout;
+  layout.position_ids = (cache.next_positions().unsqueeze(1) + mask.to(torch::kLong).cumsum(1) - 1).clamp_min(0);
+  layout.key_padding_mask = torch::cat({cache.key_mask(), mask}, 1);
+  return layout;
+}
+
+void CausalLMImpl::init_weights(double std, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(seed);
+  for (auto& item : named_parameters()) {
+    auto& p = item.value();
+    const std::string& name = item.key();
+    auto is = [&](const char* suffix) {
+      const std::string s = suffix;
+      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    if (is("norm.weight") || is("layernorm.weight")) {
+      p.fill_(1.0);
+    } else if (is(".bias")) {
+      p.zero_();
+    } else {
+      auto values = at::normal(0.0, std, p.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat32));
+      p.copy_(values);
+    }
+  }
+}
+
+}  // namespace grpo::core

@@ -1,0 +1,171 @@
+// The decoder-only transformer behind Qwen2ForCausalLM, Qwen3ForCausalLM and
+// LlamaForCausalLM, with Hugging Face's semantics and parameter names (so a checkpoint's
+// tensors map one-to-one onto named_parameters()).
+//
+// One forward serves three batch layouts (AttentionLayout):
+//   padded   [B, T] with an attention mask (left or right padding; positions count only
+//            real tokens, as transformers' generate does),
+//   packed   one row holding several sequences back to back: positions restart and
+//            attention stays inside each sequence (cost sum(L_i^2), not N^2),
+//   decoding incremental steps against a KVCache (the rollout engine).
+//
+// Thread-safety: a CausalLM is a torch::nn::Module; concurrent forwards on one instance are
+// safe only under torch::NoGradGuard with no KVCache shared between threads.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "core/model/model_config.h"
+
+namespace grpo::core {
+
+// Who attends to whom, and at which positions.
+struct AttentionLayout {
+  torch::Tensor position_ids;      // [B, T] int64: rotary positions of the input tokens
+  torch::Tensor key_padding_mask;  // padded/decoding: [B, S] bool, S = cached + T keys; true = real token
+  std::vector<int64_t> cu_seqlens;  // packed: B == 1 and sequence i is tokens [cu[i], cu[i+1])
+
+  bool is_packed() const { return !cu_seqlens.empty(); }
+
+  // A padded batch: attention_mask [B, T] (1 = token, 0 = padding, any side).
+  static AttentionLayout padded(const torch::Tensor& attention_mask);
+  // A packed row of sequences with these lengths (sum = the row's length).
+  static AttentionLayout packed(const std::vector<int64_t>& lengths);
+};
+
+// Per-layer key/value storage for incremental decoding. Keys are stored after rotary.
+// The mask of real tokens grows with the cache: forward() appends the new tokens' entries.
+class KVCache {
+ public:
+  KVCache(const ModelConfig& config, int64_t batch_size, int64_t capacity, torch::Dtype dtype,
+          torch::Device device = torch::kCPU);
+
+  int64_t length() const { return length_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t batch_size() const { return batch_size_; }
+  // [B, length] bool: which cached positions hold real tokens.
+  torch::Tensor key_mask() const { return key_mask_.narrow(1, 0, length_); }
+  // Rotary position the next token of each row gets: [B] int64.
+  torch::Tensor next_positions() const { return next_position_; }
+
+  // Drops everything (reuse the buffers for a new batch of the same size).
+  void reset();
+
+ private:
+  friend class CausalLMImpl;
+  friend class AttentionImpl;
+  int64_t batch_size_;
+  int64_t capacity_;
+  int64_t length_ = 0;
+  std::vector<torch::Tensor> keys_;    // per layer [B, Hkv, capacity, D]
+  std::vector<torch::Tensor> values_;  // per layer [B, Hkv, capacity, D]
+  torch::Tensor key_mask_;             // [B, capacity] bool
+  torch::Tensor next_position_;        // [B] int64
+};
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Rotary embedding tables (not parameters: transformers does not save inv_freq either).
+class RotaryEmbedding {
+ public:
+  explicit RotaryEmbedding(const ModelConfig& config);
+  // cos, sin: [B, T, head_dim] in float32 for position_ids [B, T].
+  std::pair<torch::Tensor, torch::Tensor> cos_sin(const torch::Tensor& position_ids) const;
+  const torch::Tensor& inv_freq() const { return inv_freq_; }
+
+ private:
+  torch::Tensor inv_freq_;  // [head_dim / 2] float32
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const ModelConfig& config, int64_t layer_index);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const AttentionLayout& layout, KVCache* cache);
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only
+
+ private:
+  int64_t layer_index_;
+  int64_t num_heads_, num_kv_heads_, head_dim_;
+  double scaling_;
+};
+TORCH_MODULE(Attention);
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  explicit MLPImpl(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const ModelConfig& config, int64_t layer_index);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const AttentionLayout& layout, KVCache* cache);
+  Attention self_attn{nullptr};
+  MLP mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// The `model.` submodule of a *ForCausalLM.
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(const ModelConfig& config);
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(Decoder);
+
+class CausalLMImpl : public torch::nn::Module {
+ public:
+  explicit CausalLMImpl(ModelConfig config);
+
+  // Final hidden states [B, T, hidden_size] (after the last norm). With a cache, the new
+  // tokens' keys/values are appended and layout.key_padding_mask must cover cached + new
+  // tokens (decode_layout() builds it).
+  torch::Tensor hidden_states(const torch::Tensor& input_ids, const AttentionLayout& layout,
+                              KVCache* cache = nullptr);
+  // Logits [B, T, vocab] = hidden_states() followed by the LM head.
+  torch::Tensor forward(const torch::Tensor& input_ids, const AttentionLayout& layout,
+                        KVCache* cache = nullptr);
+
+  // The LM head's weight [vocab, hidden] (the embedding matrix when tied).
+  torch::Tensor lm_head_weight() const;
+  const ModelConfig& config() const { return config_; }
+  const RotaryEmbedding& rotary() const { return rotary_; }
+
+  // The layout for the next `new_tokens` of every row of `cache`: positions continue
+  // from the cache, and `new_mask` [B, new_tokens] (default all real) marks real tokens.
+  AttentionLayout decode_layout(const KVCache& cache, int64_t new_tokens,
+                                const torch::Tensor& new_mask = {}) const;
+
+  // Hugging Face-style initialization: normal(0, std) weights, zero biases, unit norms.
+  void init_weights(double std, uint64_t seed);
+
+  Decoder model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
+
+ private:
+  ModelConfig config_;
+  RotaryEmbedding rotary_;
+};
+TORCH_MODULE(CausalLM);
+
+}  // namespace grpo::core

@@ -1,0 +1,207 @@
+// Forward-pass parity with the independent reference (tests/fixtures/models, float64
+// PyTorch written from transformers' modeling code): single sequences, padded batches
+// (right and left padding), a packed row, and KV-cache decoding.
+#include <gtest/gtest.h>
+
+#include "core/model/checkpoint.h"
+#include "core/model/logprobs.h"
+#include "core/model/transformer.h"
+#include "core/util/fs.h"
+#include "model_fixtures.h"
+
+using namespace grpo::core;
+using grpo::testing::fixture_dir;
+using grpo::testing::fixture_reference;
+using grpo::testing::max_abs_diff;
+
+namespace {
+
+constexpr double kLogitTolerance = 1e-4;  // the fp32 bound
+constexpr int kSequences = 4;
+
+class ForwardParity : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    torch::manual_seed(0);
+    loaded_ = load_model(fixture_dir(GetParam()));
+    model_ = loaded_.model;
+    model_->eval();
+    ref_ = fixture_reference(GetParam());
+  }
+  torch::Tensor ids(int k) { return ref_.at("seq." + std::to_string(k) + ".input_ids"); }
+  torch::Tensor logits(int k) { return ref_.at("seq." + std::to_string(k) + ".logits"); }
+
+  LoadedModel loaded_;
+  CausalLM model_{nullptr};
+  std::map<std::string, torch::Tensor> ref_;
+  torch::NoGradGuard no_grad_;
+};
+
+// Pads the fixture sequences into [B, T] with junk pad ids (so a leak would show).
+std::pair<torch::Tensor, torch::Tensor> pad_batch(const std::vector<torch::Tensor>& seqs, bool left) {
+  int64_t T = 0;
+  for (const auto& s : seqs) T = std::max(T, s.size(0));
+  auto input = torch::full({static_cast<int64_t>(seqs.size()), T}, 299, torch::kLong);
+  auto mask = torch::zeros({static_cast<int64_t>(seqs.size()), T}, torch::kLong);
+  for (std::size_t b = 0; b < seqs.size(); ++b) {
+    const int64_t L = seqs[b].size(0), start = left ? T - L : 0;
+    input[b].narrow(0, start, L).copy_(seqs[b]);
+    mask[b].narrow(0, start, L).fill_(1);
+  }
+  return {input, mask};
+}
+
+}  // namespace
+
+TEST_P(ForwardParity, SingleSequences) {
+  for (int k = 0; k < kSequences; ++k) {
+    auto x = ids(k).unsqueeze(0);
+    auto out = model_(x, AttentionLayout::padded(torch::ones_like(x)));
+    EXPECT_LT(max_abs_diff(out[0], logits(k)), kLogitTolerance) << "seq " << k;
+  }
+  auto x = ref_.at("long.input_ids").unsqueeze(0);
+  auto out = model_(x, AttentionLayout::padded(torch::ones_like(x)));
+  EXPECT_LT(max_abs_diff(out[0], ref_.at("long.logits")), kLogitTolerance) << "100 tokens";
+}
+
+TEST_P(ForwardParity, PaddedBatchRightAndLeft) {
+  std::vector<torch::Tensor> seqs;
+  for (int k = 0; k < kSequences; ++k) seqs.push_back(ids(k));
+  for (bool left : {false, true}) {
+    auto [input, mask] = pad_batch(seqs, left);
+    auto out = model_(input, AttentionLayout::padded(mask));
+    const int64_t T = input.size(1);
+    for (int k = 0; k < kSequences; ++k) {
+      const int64_t L = seqs[k].size(0), start = left ? T - L : 0;
+      EXPECT_LT(max_abs_diff(out[k].narrow(0, start, L), logits(k)), kLogitTolerance)
+          << (left ? "left" : "right") << " padding, seq " << k;
+    }
+    EXPECT_TRUE(torch::isfinite(out).all().item<bool>()) << "padding rows must stay finite";
+  }
+}
+
+TEST_P(ForwardParity, PackedRow) {
+  std::vector<torch::Tensor> seqs;
+  std::vector<int64_t> lengths;
+  for (int k : {3, 0, 2, 1}) {  // an order different from the padded test
+    seqs.push_back(ids(k));
+    lengths.push_back(ids(k).size(0));
+  }
+  auto out = model_(torch::cat(seqs).unsqueeze(0), AttentionLayout::packed(lengths));
+  int64_t start = 0;
+  int i = 0;
+  for (int k : {3, 0, 2, 1}) {
+    EXPECT_LT(max_abs_diff(out[0].narrow(0, start, lengths[i]), logits(k)), kLogitTolerance) << "seq " << k;
+    start += lengths[i++];
+  }
+}
+
+TEST_P(ForwardParity, GreedyDecodingWithKVCacheMatchesReference) {
+  auto prompt = ref_.at("greedy.prompt_ids");
+  auto expected = ref_.at("greedy.ids");
+  const int64_t steps = expected.size(0);
+  KVCache cache(model_->config(), 1, prompt.size(0) + steps, torch::kFloat32);
+  auto next_input = prompt.unsqueeze(0);
+  std::vector<int64_t> produced;
+  for (int64_t s = 0; s < steps; ++s) {
+    auto layout = model_->decode_layout(cache, next_input.size(1));
+    auto out = model_(next_input, layout, &cache);
+    const int64_t token = out[0][-1].argmax().item<int64_t>();
+    produced.push_back(token);
+    next_input = torch::tensor({token}, torch::kLong).unsqueeze(0);
+  }
+  EXPECT_EQ(produced, std::vector<int64_t>(expected.data_ptr<int64_t>(), expected.data_ptr<int64_t>() + steps));
+}
+
+TEST_P(ForwardParity, BatchedCacheDecodingOfLeftPaddedPromptsMatchesFullForward) {
+  // Prefill left-padded prompts, then feed each row's continuation token by token; every
+  // step's logits must equal the reference logits of the whole sequence.
+  std::vector<torch::Tensor> prompts, rest;
+  const int64_t steps = 5;
+  for (int k : {1, 3}) {
+    prompts.push_back(ids(k).narrow(0, 0, ids(k).size(0) - steps));
+    rest.push_back(ids(k).narrow(0, ids(k).size(0) - steps, steps));
+  }
+  auto [input, mask] = pad_batch(prompts, /*left=*/true);
+  KVCache cache(model_->config(), 2, input.size(1) + steps, torch::kFloat32);
+  auto out = model_(input, model_->decode_layout(cache, input.size(1), mask), &cache);
+  int r = 0;
+  for (int k : {1, 3}) {
+    const int64_t Lp = prompts[r].size(0);
+    EXPECT_LT(max_abs_diff(out[r].narrow(0, input.size(1) - Lp, Lp), logits(k).narrow(0, 0, Lp)), kLogitTolerance);
+    ++r;
+  }
+  for (int64_t s = 0; s < steps; ++s) {
+    auto step = torch::stack({rest[0][s], rest[1][s]}).unsqueeze(1);
+    auto step_out = model_(step, model_->decode_layout(cache, 1), &cache);
+    r = 0;
+    for (int k : {1, 3}) {
+      const int64_t pos = prompts[r].size(0) + s;
+      EXPECT_LT(max_abs_diff(step_out[r][0], logits(k)[pos]), kLogitTolerance) << "row " << r << " step " << s;
+      ++r;
+    }
+  }
+  EXPECT_EQ(cache.length(), input.size(1) + steps);
+}
+
+TEST_P(ForwardParity, PackedLogProbsEqualPerSequenceLogProbs) {
+  std::vector<torch::Tensor> seqs;
+  std::vector<int64_t> lengths;
+  for (int k = 0; k < kSequences; ++k) {
+    seqs.push_back(ids(k));
+    lengths.push_back(ids(k).size(0));
+  }
+  auto packed_hidden = model_->hidden_states(torch::cat(seqs).unsqueeze(0), AttentionLayout::packed(lengths))[0];
+  // Target of each position: the next token of the same sequence (last position: token 0).
+  std::vector<torch::Tensor> targets;
+  for (const auto& s : seqs) targets.push_back(torch::cat({s.narrow(0, 1, s.size(0) - 1), torch::zeros({1}, torch::kLong)}));
+  auto packed = token_logprobs(packed_hidden, model_->lm_head_weight(), torch::cat(targets)).logprobs;
+  int64_t start = 0;
+  for (int k = 0; k < kSequences; ++k) {
+    auto x = seqs[k].unsqueeze(0);
+    auto h = model_->hidden_states(x, AttentionLayout::padded(torch::ones_like(x)))[0];
+    auto single = token_logprobs(h, model_->lm_head_weight(), targets[k]).logprobs;
+    EXPECT_LT(max_abs_diff(packed.narrow(0, start, lengths[k]), single), 1e-5) << "seq " << k;
+    // And both agree with log_softmax of the reference logits.
+    auto ref = torch::log_softmax(logits(k).to(torch::kFloat64), -1).gather(1, targets[k].unsqueeze(1)).squeeze(1);
+    EXPECT_LT(max_abs_diff(single, ref), kLogitTolerance) << "seq " << k;
+    start += lengths[k];
+  }
+}
+
+TEST_P(ForwardParity, Bfloat16StaysCloseToFloat32) {
+  auto bf16 = load_model(fixture_dir(GetParam()), torch::kBFloat16).model;
+  auto x = ids(3).unsqueeze(0);
+  auto out = bf16(x, AttentionLayout::padded(torch::ones_like(x)));
+  EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+  // bf16 keeps 8 mantissa bits (relative rounding 2^-9 per op); over two layers the
+  // error relative to the logits' spread stays at the percent level.
+  auto ref = logits(3).to(torch::kFloat64);
+  const double rel_rms = (out[0].to(torch::kFloat64) - ref).pow(2).mean().sqrt().item<double>() /
+                         ref.pow(2).mean().sqrt().item<double>();
+  EXPECT_LT(rel_rms, 0.03);
+  auto agree = (out[0].argmax(-1) == logits(3).argmax(-1)).to(torch::kFloat32).mean().item<float>();
+  EXPECT_GT(agree, 0.9);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardParity, ::testing::Values("qwen2", "qwen3", "llama"));
+
+TEST(Rotary, Llama3ScalingKeepsShortSlowsLongAndInterpolatesBetween) {
+  // Hand computation from the published rule (original_max 64, factor 8, low 1, high 4):
+  // wavelengths 2*pi/inv_freq of theta=500000, d=16; < 16 kept, > 64 divided by 8, between
+  // interpolated with smooth = (64/wavelen - 1) / 3.
+  auto c = parse_model_config(grpo::core::read_file(fixture_dir("llama") + "/config.json"), "llama");
+  RotaryEmbedding rope(c);
+  auto inv = rope.inv_freq().to(torch::kFloat64);
+  for (int64_t i = 0; i < 8; ++i) {
+    const double base = 1.0 / std::pow(500000.0, 2.0 * i / 16.0);
+    const double wavelen = 2 * M_PI / base;
+    double expected = base;
+    if (wavelen > 64) expected = base / 8;
+    else if (wavelen >= 16) {
+      const double smooth = (64 / wavelen - 1) / 3;
+      expected = (1 - smooth) * base / 8 + smooth * base;
+    }
+    EXPECT_NEAR(inv[i].item<double>() / expected, 1.0, 1e-6) << "frequency " << i;
+  }
+}
