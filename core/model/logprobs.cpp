@@ -37,16 +37,15 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
     auto lse = torch::empty({n}, hidden.options().dtype(torch::kFloat32));
     auto entropy = with_entropy ? torch::empty({n}, hidden.options().dtype(torch::kFloat32))
                                 : torch::zeros({n}, hidden.options().dtype(torch::kFloat32));
+    // In-place work on each chunk keeps its peak at two [chunk, vocab] float32 buffers.
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
       auto z = chunk_logits(hidden.narrow(0, start, len), weight, temperature);
-      auto l = torch::logsumexp(z, -1);
-      lse.narrow(0, start, len).copy_(l);
-      logp.narrow(0, start, len).copy_(z.gather(1, targets.narrow(0, start, len).unsqueeze(1)).squeeze(1) - l);
-      if (with_entropy) {
-        auto p = torch::exp(z - l.unsqueeze(1));
-        entropy.narrow(0, start, len).copy_(-(p * (z - l.unsqueeze(1))).sum(-1));
-      }
+      auto l = torch::logsumexp(z, -1, /*keepdim=*/true);
+      lse.narrow(0, start, len).copy_(l.squeeze(1));
+      z.sub_(l);  // now log-softmax
+      logp.narrow(0, start, len).copy_(z.gather(1, targets.narrow(0, start, len).unsqueeze(1)).squeeze(1));
+      if (with_entropy) entropy.narrow(0, start, len).copy_(z.exp().mul_(z).sum(-1).neg_());
     }
     ctx->save_for_backward({hidden, weight, targets, lse, entropy});
     ctx->saved_data["chunk"] = chunk;
@@ -73,22 +72,24 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
       const int64_t len = std::min(chunk, n - start);
       auto h = hidden.narrow(0, start, len);
       auto z = chunk_logits(h, weight, temperature);
-      auto l = lse.narrow(0, start, len).unsqueeze(1);
-      auto p = torch::exp(z - l);
-      auto gz = torch::zeros_like(z);
-      if (g_logp.defined()) {
-        auto g = g_logp.narrow(0, start, len).to(torch::kFloat32);
-        gz = -p * g.unsqueeze(1);
-        gz.scatter_add_(1, targets.narrow(0, start, len).unsqueeze(1), g.unsqueeze(1));
-      }
+      z.sub_(lse.narrow(0, start, len).unsqueeze(1));  // log p
+      auto gz = z.exp();                                 // p
       if (g_ent.defined()) {
+        // dH/dz = -p (log p + H), accumulated into z's buffer.
         auto g = g_ent.narrow(0, start, len).to(torch::kFloat32).unsqueeze(1);
-        auto H = entropy.narrow(0, start, len).unsqueeze(1);
-        gz -= g * p * (z - l + H);
+        z.add_(entropy.narrow(0, start, len).unsqueeze(1)).mul_(gz).mul_(-g);
       }
-      if (temperature != 1.0) gz = gz / temperature;
+      if (g_logp.defined()) {
+        // dlogp_t/dz = onehot(t) - p
+        auto g = g_logp.narrow(0, start, len).to(torch::kFloat32).unsqueeze(1);
+        gz.mul_(-g).scatter_add_(1, targets.narrow(0, start, len).unsqueeze(1), g);
+      } else {
+        gz.zero_();
+      }
+      if (g_ent.defined()) gz.add_(z);
+      if (temperature != 1.0) gz.div_(temperature);
       if (need_h) grad_h.narrow(0, start, len).copy_(torch::matmul(gz.to(weight.scalar_type()), weight));
-      if (need_w) grad_w += torch::matmul(gz.t(), h.to(torch::kFloat32));
+      if (need_w) grad_w.addmm_(gz.t(), h.to(torch::kFloat32));
     }
     if (need_w) grad_w = grad_w.to(weight.scalar_type());
     return {grad_h, grad_w, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
