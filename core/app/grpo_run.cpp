@@ -16,6 +16,7 @@
 #include "core/runtime/blas_check.h"
 #include "core/runtime/components.h"
 #include "core/runtime/logging.h"
+#include "core/runtime/policy.h"
 #include "core/util/fs.h"
 #include "core/util/strings.h"
 #include "grpo/sdk/config_view.h"
@@ -133,11 +134,19 @@ int run(const Options& opt) {
     log_blas_status();
     load_configured_plugins(registry, config);
     RuntimeComponents components = create_components(registry, config);
+    const PolicySpec policy = policy_spec(config);
+    const PolicyFiles files = check_policy_files(policy);
     std::vector<std::string> names;
     for (const auto& v : components.verifiers) names.push_back(v.key_path + "=" + v.name);
     for (const auto& c : components.others) names.push_back(c.key_path + "=" + c.name);
     std::cout << "config OK: " << (opt.configs.empty() ? std::string("(defaults)") : join(opt.configs, ", ")) << "\n"
-              << "components: " << (names.empty() ? std::string("(none configured)") : join(names, ", ")) << "\n";
+              << "components: " << (names.empty() ? std::string("(none configured)") : join(names, ", ")) << "\n"
+              << "model: " << (policy.model_path.empty() ? std::string("(none configured)")
+                                                         : policy.model_path + " (" + architecture_name(files.model_config.architecture) + ")")
+              << "\n"
+              << "tokenizer: " << (files.tokenizer ? policy.tokenizer_path + " (" + std::to_string(files.tokenizer->vocab_size()) + " ids, chat template " + policy.chat_template_name + ")"
+                                                   : std::string("(none configured)"))
+              << "\n";
     return kExitOk;
   }
 
@@ -153,6 +162,17 @@ int run(const Options& opt) {
   RuntimeComponents components = create_components(registry, config);
   spdlog::info("constructed {} verifier(s) and {} other component(s)", components.verifiers.size(),
                components.others.size());
+  const PolicySpec policy_config = policy_spec(config);
+  LoadedPolicy policy = load_policy(policy_config);
+  if (policy.model.model) {
+    int64_t parameters = 0;
+    for (const auto& p : policy.model.model->parameters()) parameters += p.numel();
+    spdlog::info("policy: {} from {} ({} parameters, {})", architecture_name(policy.model.config.architecture),
+                 policy_config.model_path, parameters, policy_config.dtype);
+  }
+  if (policy.tokenizer)
+    spdlog::info("tokenizer: {} ({} ids), chat template {}", policy_config.tokenizer_path,
+                 policy.tokenizer->vocab_size(), policy_config.chat_template_name);
   spdlog::error("the GRPO training loop is not part of this build yet; use --validate to check a configuration");
   return kExitUnavailable;
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/config/yaml_loader.h"
+#include "core/tokenizer/chat_template.h"
 #include "core/util/strings.h"
 #include "grpo/sdk/config_view.h"
 
@@ -25,6 +26,10 @@ const std::vector<ConfigKeySpec>& config_schema() {
     {"algorithm.policy_loss",  ConfigType::kComponent,     "null",          "Policy loss component.", {}},
     {"algorithm.kl_estimator", ConfigType::kComponent,     "null",          "KL estimator component.", {}},
     {"rollout.backend",        ConfigType::kComponent,     "null",          "Rollout (generation) backend component.", {}},
+    {"model.path",             ConfigType::kString,        "\"\"",        "Policy model: a Hugging Face folder (config.json + model.safetensors or a sharded index); `\"\"` = none. See docs/models.md.", {}},
+    {"model.dtype",            ConfigType::kEnum,          "float32",       "Dtype the policy is loaded and trained in.", {"float32", "bfloat16"}},
+    {"tokenizer.path",         ConfigType::kString,        "\"\"",        "Folder with tokenizer.json (+ tokenizer_config.json), or a tokenizer.json file; `\"\"` = `model.path`.", {}},
+    {"tokenizer.chat_template_name", ConfigType::kEnum,    "chatml",        "Chat template prompts are rendered with: `chatml` (Qwen), `llama3`, `none` (plain text). See docs/tokenizer.md.", chat_template_names()},
   };
   return schema;
 }

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "core/tokenizer/tokenizer_files.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -145,3 +147,34 @@ TEST_F(GrpoRunCli, TrainModeWritesEffectiveConfigAndLogThenSaysTrainerUnavailabl
 }
 
 }  // namespace
+
+TEST_F(GrpoRunCli, ValidateChecksModelAndTokenizerFiles) {
+  const std::string model = std::string(GRPO_SOURCE_DIR) + "/tests/fixtures/models/qwen3";
+  write("tokenizer.json", grpo::core::make_byte_level_tokenizer_json());
+  write("ok.yaml", "model:\n  path: " + model + "\ntokenizer:\n  path: tokenizer.json\n  chat_template_name: chatml\n");
+  Result r = grpo_run("--validate --config ok.yaml", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("model: " + model + " (Qwen3ForCausalLM)"),
+                              HasSubstr("tokenizer: tokenizer.json (259 ids, chat template chatml)")));
+
+  write("template.yaml", "tokenizer:\n  chat_template_name: chatlm\n");
+  r = grpo_run("--validate --config template.yaml", dir_);
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("template.yaml:2:23: tokenizer.chat_template_name"), HasSubstr("chatml")));
+}
+
+TEST_F(GrpoRunCli, ValidateReportsABadModelConfigWithTheConfigKeyAndTheFile) {
+  fs::create_directories(dir_ / "m");
+  std::string config = read(std::string(GRPO_SOURCE_DIR) + "/tests/fixtures/models/qwen3/config.json");
+  config.replace(config.find("\"use_sliding_window\": false"), 27, "\"use_sliding_window\": true");
+  write("m/config.json", config);
+  write("run.yaml", "model:\n  path: m\n");
+  Result r = grpo_run("--validate --config run.yaml", dir_);
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("run.yaml:2:9: model.path: m/config.json: use_sliding_window: sliding-window "
+                                  "attention is not supported"));
+  write("missing.yaml", "model:\n  path: nowhere\n");
+  r = grpo_run("--validate --config missing.yaml", dir_);
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("missing.yaml:2:9: model.path: 'nowhere' is not a folder"));
+}

@@ -1,0 +1,3 @@
+#include "core/tokenizer/tokenize_cli.h"
+
+int main(int argc, char** argv) { return grpo::core::grpo_tokenize_main(argc, argv); }

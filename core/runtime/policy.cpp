@@ -1,0 +1,72 @@
+#include "core/runtime/policy.h"
+
+#include <filesystem>
+
+#include "core/runtime/components.h"
+#include "grpo/sdk/config_view.h"
+
+namespace grpo::core {
+
+namespace {
+
+[[noreturn]] void fail(const sdk::ConfigValue* node, const std::string& key, const std::string& message) {
+  const std::string where = node && node->location().known() ? node->location().to_string() + ": " : "";
+  throw sdk::ConfigError(where + key + ": " + message);
+}
+
+}  // namespace
+
+PolicySpec policy_spec(const sdk::ConfigValue& root) {
+  PolicySpec spec;
+  const sdk::ConfigView model(find_config_node(root, {"model"}), "model");
+  const sdk::ConfigView tokenizer(find_config_node(root, {"tokenizer"}), "tokenizer");
+  spec.model_path = model.get_string("path", "");
+  spec.dtype = model.get_string("dtype", "float32");
+  spec.model_node = find_config_node(root, {"model", "path"});
+  spec.tokenizer_path = tokenizer.get_string("path", "");
+  spec.tokenizer_node = find_config_node(root, {"tokenizer", "path"});
+  if (spec.tokenizer_path.empty()) {
+    spec.tokenizer_path = spec.model_path;
+    spec.tokenizer_node = spec.model_node;
+  }
+  spec.chat_template_name = tokenizer.get_string("chat_template_name", "chatml");
+  return spec;
+}
+
+PolicyFiles check_policy_files(const PolicySpec& spec) {
+  PolicyFiles files;
+  if (!spec.model_path.empty()) {
+    const std::string config_json = (std::filesystem::path(spec.model_path) / "config.json").string();
+    if (!std::filesystem::is_directory(spec.model_path))
+      fail(spec.model_node, "model.path", "'" + spec.model_path + "' is not a folder (expected a Hugging Face model folder)");
+    try {
+      files.model_config = load_model_config(config_json);
+    } catch (const std::exception& e) {
+      fail(spec.model_node, "model.path", e.what());
+    }
+  }
+  if (!spec.tokenizer_path.empty()) {
+    const char* key = spec.tokenizer_node == spec.model_node ? "model.path (as the tokenizer)" : "tokenizer.path";
+    try {
+      files.tokenizer = Tokenizer::load(spec.tokenizer_path);
+    } catch (const std::exception& e) {
+      fail(spec.tokenizer_node, key, e.what());
+    }
+    if (!spec.model_path.empty() && files.tokenizer->vocab_size() > files.model_config.vocab_size)
+      fail(spec.tokenizer_node, key,
+           "the tokenizer has " + std::to_string(files.tokenizer->vocab_size()) + " ids but the model's vocab_size is " +
+               std::to_string(files.model_config.vocab_size));
+  }
+  return files;
+}
+
+LoadedPolicy load_policy(const PolicySpec& spec) {
+  PolicyFiles files = check_policy_files(spec);
+  LoadedPolicy policy;
+  policy.tokenizer = std::move(files.tokenizer);
+  if (!spec.model_path.empty())
+    policy.model = load_model(spec.model_path, dtype_from_name(spec.dtype, "model.dtype"));
+  return policy;
+}
+
+}  // namespace grpo::core

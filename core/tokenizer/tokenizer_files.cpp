@@ -1,0 +1,130 @@
+#include "core/tokenizer/tokenizer_files.h"
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+#include "core/tokenizer/chat_template.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/unicode.h"
+#include "core/util/fs.h"
+
+namespace grpo::core {
+
+using ojson = nlohmann::ordered_json;
+
+// The Split regex of Qwen2/Qwen3's tokenizer.json.
+static const char* const kQwenSplitRegex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+std::vector<std::string> default_demo_special_tokens() { return {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}; }
+
+std::string make_byte_level_tokenizer_json(const std::vector<std::string>& special_tokens,
+                                           const std::vector<std::pair<std::string, std::string>>& merges) {
+  // GPT-2 bytes_to_unicode() order: printable bytes first, then the others.
+  std::vector<int> order;
+  for (int b = 0; b < 256; ++b)
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) order.push_back(b);
+  for (int b = 0; b < 256; ++b)
+    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) order.push_back(b);
+
+  auto byte_level = [](const std::string& raw) {
+    std::string s;
+    for (unsigned char b : raw) s += unicode::byte_to_unicode(b);
+    return s;
+  };
+  ojson vocab = ojson::object();
+  std::set<std::string> known;
+  int next_id = 0;
+  for (int b : order) {
+    std::string t = unicode::byte_to_unicode(static_cast<unsigned char>(b));
+    vocab[t] = next_id++;
+    known.insert(t);
+  }
+  ojson added = ojson::array();
+  std::set<std::string> seen_special;
+  for (const std::string& s : special_tokens) {
+    if (s.empty() || !seen_special.insert(s).second)
+      throw TokenizerError("make_byte_level_tokenizer_json: special token '" + s + "' is empty or repeated");
+    added.push_back(ojson{{"id", next_id++}, {"content", s}, {"single_word", false}, {"lstrip", false},
+                          {"rstrip", false}, {"normalized", false}, {"special", true}});
+  }
+  ojson merge_list = ojson::array();
+  for (std::size_t i = 0; i < merges.size(); ++i) {
+    std::string a = byte_level(merges[i].first), b = byte_level(merges[i].second);
+    if (!known.count(a) || !known.count(b))
+      throw TokenizerError("make_byte_level_tokenizer_json: merges[" + std::to_string(i) +
+                           "]: both sides must be earlier tokens");
+    std::string m = a + b;
+    if (known.insert(m).second) vocab[m] = next_id++;
+    merge_list.push_back(ojson::array({a, b}));
+  }
+  ojson pre = ojson{{"type", "Sequence"},
+                    {"pretokenizers",
+                     ojson::array({ojson{{"type", "Split"},
+                                         {"pattern", ojson{{"Regex", kQwenSplitRegex}}},
+                                         {"behavior", "Isolated"},
+                                         {"invert", false}},
+                                   ojson{{"type", "ByteLevel"},
+                                         {"add_prefix_space", false},
+                                         {"trim_offsets", false},
+                                         {"use_regex", false}}})}};
+  ojson byte_level_cfg = ojson{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  ojson root = ojson::object();
+  root["version"] = "1.0";
+  root["truncation"] = nullptr;
+  root["padding"] = nullptr;
+  root["added_tokens"] = added;
+  root["normalizer"] = ojson{{"type", "NFC"}};
+  root["pre_tokenizer"] = pre;
+  root["post_processor"] = byte_level_cfg;
+  root["decoder"] = byte_level_cfg;
+  root["model"] = ojson{{"type", "BPE"},
+                        {"dropout", nullptr},
+                        {"unk_token", nullptr},
+                        {"continuing_subword_prefix", ""},
+                        {"end_of_word_suffix", ""},
+                        {"fuse_unk", false},
+                        {"byte_fallback", false},
+                        {"ignore_merges", false},
+                        {"vocab", vocab},
+                        {"merges", merge_list}};
+  return root.dump(2, ' ', false);
+}
+
+std::string make_tokenizer_config_json(const Tokenizer& tok, const TokenizerFilesOptions& o) {
+  const std::string& jinja = chat_template_jinja(o.chat_template_name);
+  auto resolve = [&](const char* key, const std::optional<std::string>& given,
+                     const std::optional<std::string>& own) -> ojson {
+    std::optional<std::string> v = given ? given : own;
+    if (!v) return nullptr;
+    if (!tok.token_to_id(*v))
+      throw TokenizerError(std::string("tokenizer_config.json: ") + key + ": '" + *v + "' is not a token of the tokenizer");
+    return *v;
+  };
+  ojson decoder = ojson::object();
+  for (const AddedToken& t : tok.added_tokens())
+    decoder[std::to_string(t.id)] = ojson{{"content", t.content}, {"lstrip", t.lstrip}, {"normalized", t.normalized},
+                                          {"rstrip", t.rstrip}, {"single_word", t.single_word}, {"special", t.special}};
+  ojson cfg = ojson::object();
+  cfg["add_prefix_space"] = false;
+  cfg["added_tokens_decoder"] = decoder;
+  cfg["bos_token"] = resolve("bos_token", o.bos_token, tok.bos_token());
+  cfg["chat_template"] = jinja;
+  cfg["clean_up_tokenization_spaces"] = false;
+  cfg["eos_token"] = resolve("eos_token", o.eos_token, tok.eos_token());
+  cfg["model_max_length"] = o.model_max_length;
+  cfg["pad_token"] = resolve("pad_token", o.pad_token, tok.pad_token());
+  cfg["split_special_tokens"] = false;
+  cfg["tokenizer_class"] = o.tokenizer_class;
+  cfg["unk_token"] = nullptr;
+  return cfg.dump(2, ' ', false) + "\n";
+}
+
+void write_tokenizer_files(const std::string& dir, const Tokenizer& tok, const TokenizerFilesOptions& o) {
+  std::string config = make_tokenizer_config_json(tok, o);  // validates before writing anything
+  atomic_write_file(dir + "/tokenizer.json", tok.json_text());
+  atomic_write_file(dir + "/tokenizer_config.json", config);
+}
+
+}  // namespace grpo::core

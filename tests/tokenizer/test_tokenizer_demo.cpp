@@ -1,0 +1,139 @@
+// The demo models' byte-level tokenizer (hand-derived ids: GPT-2 bytes_to_unicode order puts
+// bytes 33..126 at ids 0..93, 161..172 at 94..105, 174..255 at 106..187, then bytes 0..32 at
+// 188..220, 127..160 at 221..254, 173 at 255), the checkpoint tokenizer files and the loader.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/tokenizer/chat_template.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/tokenizer_files.h"
+#include "core/util/fs.h"
+#include "tests/support/error_of.h"
+#include "tests/tokenizer/tokenizer_test_support.h"
+
+namespace grpo::testing {
+namespace {
+
+using grpo::core::Tokenizer;
+using grpo::core::TokenizerError;
+
+Tokenizer demo(const std::vector<std::pair<std::string, std::string>>& merges = {}) {
+  return Tokenizer::from_json(
+      grpo::core::make_byte_level_tokenizer_json(grpo::core::default_demo_special_tokens(), merges), "demo.json");
+}
+
+TEST(DemoTokenizer, BytesInGpt2Order) {
+  Tokenizer t = demo();
+  EXPECT_EQ(t.vocab_size(), 259);
+  EXPECT_EQ(t.encode("hi"), (std::vector<int>{'h' - 33, 'i' - 33}));
+  EXPECT_EQ(t.encode("a b"), (std::vector<int>{'a' - 33, 188 + 32, 'b' - 33}));  // ' ' is byte 32 -> 220 ("Ġ")
+  EXPECT_EQ(t.encode(std::string("\0", 1)), std::vector<int>{188});
+  EXPECT_EQ(t.encode("\x7F"), std::vector<int>{221});
+  EXPECT_EQ(t.encode("\xC2\xAD"), (std::vector<int>{106 + (0xC2 - 174), 255}));  // U+00AD: bytes C2 AD
+  EXPECT_EQ(t.id_to_token(220), "\xC4\xA0");                                      // "Ġ"
+  EXPECT_EQ(t.id_to_token(0), "!");
+  EXPECT_EQ(*t.token_to_id("\xC4\x8A"), 198);  // "Ċ" = '\n'
+}
+
+TEST(DemoTokenizer, SpecialTokensMatchedBeforePreTokenization) {
+  Tokenizer t = demo();
+  EXPECT_EQ(*t.token_to_id("<|endoftext|>"), 256);
+  EXPECT_EQ(*t.token_to_id("<|im_start|>"), 257);
+  EXPECT_EQ(*t.token_to_id("<|im_end|>"), 258);
+  EXPECT_EQ(t.encode("<|im_start|>x<|im_end|>"), (std::vector<int>{257, 'x' - 33, 258}));
+  EXPECT_EQ(t.encode("<|im_start|"), t.encode(std::string("<|im_start") + "|"));  // partial: plain bytes
+  EXPECT_EQ(t.encode("<|im_start|").size(), 11u);
+  EXPECT_EQ(t.decode({257, 'x' - 33, 258}), "<|im_start|>x<|im_end|>");
+  EXPECT_EQ(t.decode({257, 'x' - 33, 258}, grpo::core::DecodeOptions{true}), "x");
+}
+
+TEST(DemoTokenizer, RoundTripsArbitraryUtf8) {
+  Tokenizer t = demo();
+  for (const std::string& s : {std::string("Hello, world!\n\tcode();"), std::string("\xE6\x9D\xB1\xE4\xBA\xAC \xF0\x9F\x98\x80"),
+                               std::string("caf\xC3\xA9 <|endoftext|> 12345"), std::string(100, ' ')})
+    EXPECT_EQ(t.decode(t.encode(s)), s);
+}
+
+TEST(DemoTokenizer, MergesApplyInRankOrder) {
+  Tokenizer t = demo({{"t", "h"}, {"th", "e"}, {"h", "e"}});
+  // ids after the 3 specials: "th" = 259, "the" = 260, "he" = 261
+  EXPECT_EQ(t.encode("the"), std::vector<int>{260});
+  EXPECT_EQ(t.encode("he"), std::vector<int>{261});
+  EXPECT_EQ(t.encode("them"), (std::vector<int>{260, 'm' - 33}));
+  EXPECT_EQ(t.decode({260, 261}), "thehe");
+}
+
+TEST(DemoTokenizer, DecodeOfPartialUtf8IsReplacedLikeHuggingFace) {
+  Tokenizer t = demo();
+  std::vector<int> ids = t.encode("\xE6\x9D\xB1");  // one CJK char = 3 byte tokens
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(t.decode({ids[0], ids[1]}), "\xEF\xBF\xBD");  // one maximal subpart -> one U+FFFD
+  EXPECT_EQ(t.decode_bytes({ids[0], ids[1]}), "\xE6\x9D");
+  EXPECT_THROW(t.decode({100000}), TokenizerError);
+}
+
+TEST(DemoTokenizer, FollowsTheHuggingFaceSchema) {
+  auto j = nlohmann::json::parse(grpo::core::make_byte_level_tokenizer_json());
+  EXPECT_EQ(j["model"]["type"], "BPE");
+  EXPECT_EQ(j["model"]["ignore_merges"], false);
+  EXPECT_EQ(j["model"]["byte_fallback"], false);
+  EXPECT_TRUE(j["model"]["merges"].is_array());
+  EXPECT_EQ(j["model"]["vocab"].size(), 256u);
+  EXPECT_EQ(j["pre_tokenizer"]["pretokenizers"][1]["use_regex"], false);
+  EXPECT_EQ(j["decoder"]["type"], "ByteLevel");
+  ASSERT_EQ(j["added_tokens"].size(), 3u);
+  for (const char* k : {"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"})
+    EXPECT_TRUE(j["added_tokens"][0].contains(k)) << k;
+}
+
+TEST(TokenizerFiles, WritesAndReloadsACheckpointFolder) {
+  std::string dir = tmp_dir() + "/checkpoint-files";
+  std::filesystem::remove_all(dir);
+  Tokenizer t = demo({{"a", "b"}});
+  grpo::core::TokenizerFilesOptions o;
+  o.eos_token = "<|im_end|>";
+  o.pad_token = "<|endoftext|>";
+  grpo::core::write_tokenizer_files(dir, t, o);
+  auto cfg = nlohmann::json::parse(grpo::core::read_file(dir + "/tokenizer_config.json"));
+  EXPECT_EQ(cfg["chat_template"], grpo::core::chat_template_jinja("chatml"));
+  EXPECT_EQ(cfg["eos_token"], "<|im_end|>");
+  EXPECT_EQ(cfg["pad_token"], "<|endoftext|>");
+  EXPECT_TRUE(cfg["bos_token"].is_null());
+  EXPECT_EQ(cfg["tokenizer_class"], "PreTrainedTokenizerFast");
+  EXPECT_EQ(cfg["added_tokens_decoder"]["257"]["content"], "<|im_start|>");
+  EXPECT_EQ(cfg["added_tokens_decoder"]["257"]["special"], true);
+  EXPECT_EQ(cfg["model_max_length"], 131072);
+
+  for (const std::string& where : {dir, dir + "/tokenizer.json"}) {
+    Tokenizer back = Tokenizer::load(where);
+    EXPECT_EQ(back.eos_id(), std::optional<int>(258)) << where;
+    EXPECT_EQ(back.pad_id(), std::optional<int>(256));
+    EXPECT_FALSE(back.bos_id().has_value());
+    EXPECT_EQ(back.chat_template_source(), std::optional<std::string>(grpo::core::chat_template_jinja("chatml")));
+    EXPECT_EQ(back.encode("ab<|im_end|>"), (std::vector<int>{259, 258}));
+    EXPECT_EQ(back.vocab_size(), 260);
+  }
+  grpo::core::TokenizerFilesOptions bad;
+  bad.eos_token = "<|eot_id|>";
+  std::string msg = error_of<TokenizerError>([&] { grpo::core::write_tokenizer_files(dir, t, bad); });
+  EXPECT_NE(msg.find("eos_token: '<|eot_id|>' is not a token"), std::string::npos) << msg;
+  bad = {};
+  bad.chat_template_name = "chatlm";
+  EXPECT_NE(error_of<TokenizerError>([&] { grpo::core::write_tokenizer_files(dir, t, bad); }).find("did you mean 'chatml'"),
+            std::string::npos);
+}
+
+TEST(TokenizerFiles, LoaderErrorsNameThePath) {
+  std::string msg = error_of<TokenizerError>([] { Tokenizer::load("/nonexistent/tok"); });
+  EXPECT_NE(msg.find("/nonexistent/tok: no such file or folder"), std::string::npos) << msg;
+  std::string empty = tmp_dir() + "/empty-folder";
+  std::filesystem::create_directories(empty);
+  msg = error_of<TokenizerError>([&] { Tokenizer::load(empty); });
+  EXPECT_NE(msg.find("no tokenizer.json in this folder"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace grpo::testing
