@@ -22,26 +22,13 @@
 
 namespace {
 
-long current_rss_kb() {
+// A "Key:   N kB" line of /proc/self/status (VmRSS: now, VmHWM: peak).
+long status_kb(const char* key) {
   std::ifstream status("/proc/self/status");
-  std::string key;
+  std::string name;
   long value = 0;
-  while (status >> key) {
-    if (key == "VmRSS:") {
-      status >> value;
-      return value;
-    }
-    status.ignore(1 << 20, '\n');
-  }
-  return 0;
-}
-
-long peak_rss_kb() {
-  std::ifstream status("/proc/self/status");
-  std::string key;
-  long value = 0;
-  while (status >> key) {
-    if (key == "VmHWM:") {
+  while (status >> name) {
+    if (name == key) {
       status >> value;
       return value;
     }
@@ -64,11 +51,11 @@ Measurement measure(const std::function<void()>& run) {
     close(fds[0]);
     // Reset the high-water mark to the current RSS (Linux >= 4.0), so the peak is this call's.
     std::ofstream("/proc/self/clear_refs") << "5";
-    const long before = current_rss_kb();
+    const long before = status_kb("VmRSS:");
     auto t0 = std::chrono::steady_clock::now();
     run();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    Measurement m{(peak_rss_kb() - before) / 1024.0, secs};
+    Measurement m{(status_kb("VmHWM:") - before) / 1024.0, secs};
     if (write(fds[1], &m, sizeof m) != sizeof m) _exit(1);
     _exit(0);
   }

@@ -1,6 +1,12 @@
 #include "core/model/checkpoint.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <filesystem>
 #include <map>
@@ -18,12 +24,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-std::string shape_string(c10::IntArrayRef shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 std::string first_names(const std::vector<std::string>& names) {
   const std::size_t shown = std::min<std::size_t>(names.size(), 5);
@@ -76,8 +76,8 @@ void load_model_weights(CausalLM& model, const NamedTensorList& tensors, const s
       continue;
     }
     if (param->sizes() != tensor.sizes())
-      throw CheckpointError(source + ": tensor '" + name + "' has shape " + shape_string(tensor.sizes()) +
-                            " but config.json implies " + shape_string(param->sizes()));
+      throw CheckpointError(source + ": tensor '" + name + "' has shape " + shape_text(tensor.sizes().vec()) +
+                            " but config.json implies " + shape_text(param->sizes().vec()));
     if (!seen.insert(name).second) throw CheckpointError(source + ": tensor '" + name + "' appears twice");
     param->copy_(tensor.to(param->scalar_type()));
   }
@@ -116,14 +116,34 @@ NamedTensorList model_state_tensors(CausalLM& model, std::optional<torch::Dtype>
   return out;
 }
 
+namespace {
+
+[[noreturn]] void fail_save(const std::string& dir, const std::string& what, int err) {
+  throw CheckpointError(dir + ": " + what + ": " + std::strerror(err));
+}
+
+// Makes the rename of a folder entry durable.
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
 void save_model(const std::string& dir, CausalLM& model, const SaveOptions& options) {
   const fs::path target = fs::absolute(dir).lexically_normal();
   if (target.filename().empty()) throw CheckpointError(dir + ": expected a folder path");
-  const std::string pid = std::to_string(::getpid());
-  const fs::path staging = target.parent_path() / (target.filename().string() + ".tmp-" + pid);
-  const fs::path previous = target.parent_path() / (target.filename().string() + ".old-" + pid);
-  fs::remove_all(staging);
-  fs::create_directories(staging);
+  const fs::path parent = target.parent_path();
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw CheckpointError(dir + ": cannot create the parent folder: " + ec.message());
+  // A staging folder of its own (unique even for concurrent saves to the same DIR).
+  std::string staging_name = (parent / (target.filename().string() + ".tmp-XXXXXX")).string();
+  if (::mkdtemp(staging_name.data()) == nullptr) fail_save(dir, "cannot create a staging folder", errno);
+  const fs::path staging = staging_name;
   try {
     const torch::Dtype dtype = options.dtype ? *options.dtype : model->lm_head_weight().scalar_type();
     const std::string dtype_name = dtype_to_name(dtype);
@@ -137,21 +157,53 @@ void save_model(const std::string& dir, CausalLM& model, const SaveOptions& opti
       tok.chat_template_name = options.chat_template_name;
       write_tokenizer_files(staging.string(), *options.tokenizer, tok);
     }
+    ::chmod(staging.c_str(), 0755);  // mkdtemp creates 0700; checkpoints are ordinary folders
   } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(staging, ignored);
+    fs::remove_all(staging, ec);
     throw;
   }
-  // Swap: the old folder steps aside, the new one takes its name, the old one goes.
-  std::error_code ec;
-  const bool had_previous = fs::exists(target);
-  if (had_previous) fs::rename(target, previous);
-  fs::rename(staging, target, ec);
-  if (ec) {
-    if (had_previous) fs::rename(previous, target);
-    throw CheckpointError(dir + ": could not move the saved checkpoint into place: " + ec.message());
+  // Into place in one step: a new DIR is a rename; an existing one is swapped with the staging
+  // folder atomically (renameat2 RENAME_EXCHANGE), so DIR always names a complete checkpoint,
+  // then the old contents (now under the staging name) are removed.
+  if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) == 0) {
+    fsync_dir(parent);
+    return;
   }
-  if (had_previous) fs::remove_all(previous, ec);
+  if (errno != EEXIST) {
+    const int err = errno;
+    fs::remove_all(staging, ec);
+    fail_save(dir, "cannot move the saved checkpoint into place", err);
+  }
+  if (!fs::is_directory(target)) {
+    fs::remove_all(staging, ec);
+    throw CheckpointError(dir + ": exists and is not a folder; refusing to replace it");
+  }
+  if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
+    if (errno != EINVAL && errno != ENOSYS) {
+      const int err = errno;
+      fs::remove_all(staging, ec);
+      fail_save(dir, "cannot swap the saved checkpoint into place", err);
+    }
+    // A filesystem without RENAME_EXCHANGE: the old folder steps aside first. A crash in
+    // between leaves it as DIR.tmp-XXXXXX.old next to the complete new one in staging.
+    const fs::path aside = staging.string() + ".old";
+    if (::rename(target.c_str(), aside.c_str()) != 0) {
+      const int err = errno;
+      fs::remove_all(staging, ec);
+      fail_save(dir, "cannot move the previous checkpoint aside", err);
+    }
+    if (::rename(staging.c_str(), target.c_str()) != 0) {
+      const int err = errno;
+      ::rename(aside.c_str(), target.c_str());
+      fs::remove_all(staging, ec);
+      fail_save(dir, "cannot move the saved checkpoint into place", err);
+    }
+    fsync_dir(parent);
+    fs::remove_all(aside, ec);
+    return;
+  }
+  fsync_dir(parent);
+  fs::remove_all(staging, ec);  // the previous checkpoint
 }
 
 }  // namespace grpo::core

@@ -16,6 +16,8 @@ void check_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, cons
   if (hidden.sizes().slice(0, hidden.dim() - 1) != targets.sizes())
     throw std::invalid_argument("token_logprobs: targets must have hidden's shape without the last dim");
   if (targets.scalar_type() != torch::kLong) throw std::invalid_argument("token_logprobs: targets must be int64");
+  if (targets.numel() > 0 && (targets.min().item<int64_t>() < 0 || targets.max().item<int64_t>() >= weight.size(0)))
+    throw std::invalid_argument("token_logprobs: a target id is outside [0, " + std::to_string(weight.size(0)) + ")");
   if (options.chunk_tokens <= 0) throw std::invalid_argument("token_logprobs: chunk_tokens must be > 0");
   if (!(options.temperature > 0)) throw std::invalid_argument("token_logprobs: temperature must be > 0");
 }
@@ -37,7 +39,8 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
     auto lse = torch::empty({n}, hidden.options().dtype(torch::kFloat32));
     auto entropy = with_entropy ? torch::empty({n}, hidden.options().dtype(torch::kFloat32))
                                 : torch::zeros({n}, hidden.options().dtype(torch::kFloat32));
-    // In-place work on each chunk keeps its peak at two [chunk, vocab] float32 buffers.
+    // In-place work keeps a chunk's peak at two [chunk, vocab] float32 buffers (plus the
+    // matmul's own output in the weight's dtype when that is not float32).
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
       auto z = chunk_logits(hidden.narrow(0, start, len), weight, temperature);

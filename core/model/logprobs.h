@@ -10,7 +10,7 @@
 namespace grpo::core {
 
 struct LogProbOptions {
-  int64_t chunk_tokens = 1024;  // tokens per chunk: peak extra memory ~ chunk_tokens * vocab * 4 bytes
+  int64_t chunk_tokens = 1024;  // tokens per chunk: peak extra memory ~ 2-3 x chunk_tokens x vocab x 4 bytes
   double temperature = 1.0;     // logits are divided by it (as the sampler did)
   bool with_entropy = false;    // also return the entropy of each token's distribution
 };

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/util/fs.h"
+#include "core/util/json_limits.h"
 #include "core/util/strings.h"
 
 namespace grpo::core {
@@ -199,6 +200,7 @@ const char* architecture_name(ModelArchitecture arch) { return info_of(arch).nam
 const char* architecture_model_type(ModelArchitecture arch) { return info_of(arch).model_type; }
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+  if (auto deep = json_nesting_error(json_text)) throw ModelConfigError(source + ": " + *deep);
   json root;
   try {
     root = json::parse(json_text);
@@ -227,6 +229,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
                                       std::to_string(c.num_key_value_heads) + ")");
   if (r.find("head_dim")) {
     c.head_dim = r.get_int("head_dim", 0);
+  } else if (c.architecture == ModelArchitecture::Qwen3) {
+    c.head_dim = 128;  // Qwen3Config's default, not hidden_size / num_attention_heads
   } else {
     if (c.hidden_size % c.num_attention_heads != 0)
       r.fail("hidden_size", "not divisible by num_attention_heads and no head_dim given");
@@ -296,7 +300,7 @@ std::string model_config_to_json(const ModelConfig& c, const std::string& dtype_
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.num_key_value_heads;
   if (c.architecture != ModelArchitecture::Qwen2 || c.head_dim != c.hidden_size / c.num_attention_heads)
-    j["head_dim"] = c.head_dim;
+    j["head_dim"] = c.head_dim;  // always for Qwen3, whose default (128) is not hidden/heads
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["hidden_act"] = "silu";
@@ -331,6 +335,7 @@ std::string model_config_to_json(const ModelConfig& c, const std::string& dtype_
   else if (!c.eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_ids;
   if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
   j["torch_dtype"] = dtype_name;
+  if (j.contains("dtype")) j["dtype"] = dtype_name;  // transformers 5's name for it, preferred there
   if (!j.contains("attention_dropout")) j["attention_dropout"] = 0.0;
   if (!j.contains("use_cache")) j["use_cache"] = true;
   return j.dump(2) + "\n";

@@ -14,6 +14,8 @@
 #include <tuple>
 
 #include "core/util/fs.h"
+#include "core/util/json_limits.h"
+#include "core/util/strings.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this reader assumes a little-endian host"
@@ -53,12 +55,6 @@ std::string quoted(const std::string& s) { return "'" + s + "'"; }
 }
 [[noreturn]] void fail_tensor(const std::string& source, const std::string& tensor, const std::string& what) {
   throw SafetensorsError("safetensors file " + quoted(source) + ": tensor " + quoted(tensor) + ": " + what);
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 // a * b, or nullopt on overflow.
@@ -200,6 +196,7 @@ SafetensorsHeader parse_safetensors(const uint8_t* file, std::size_t file_size, 
       }
       return true;
     };
+    if (auto deep = json_nesting_error(std::string_view(text, n))) fail_file(source, "header: " + *deep);
     try {
       root = json::parse(text, text + n, callback);
     } catch (const json::exception& e) {

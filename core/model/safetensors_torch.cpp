@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/util/fs.h"
+#include "core/util/json_limits.h"
 
 namespace grpo::core {
 
@@ -150,6 +151,7 @@ NamedTensorList load_checkpoint_tensors(const std::string& dir) {
   json index;
   try {
     std::string text = read_file(ipath);
+    if (auto deep = json_nesting_error(text)) fail_index(ipath, *deep);
     index = json::parse(text);
   } catch (const json::exception& e) {
     fail_index(ipath, std::string("not valid JSON: ") + e.what());

@@ -239,6 +239,9 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
   if (!layout.position_ids.defined() || layout.position_ids.sizes() != input_ids.sizes())
     throw std::invalid_argument("layout.position_ids must have the shape of input_ids");
+  if (cache && torch::GradMode::is_enabled())
+    throw std::invalid_argument("decoding with a KVCache needs torch::NoGradGuard: the cache is written in place, "
+                                "which autograd cannot differentiate through");
   if (layout.is_packed()) {
     if (cache) throw std::invalid_argument("a packed batch cannot be decoded against a KV cache");
     if (B != 1 || layout.cu_seqlens.back() != T)

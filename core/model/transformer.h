@@ -35,7 +35,8 @@ struct AttentionLayout {
   static AttentionLayout packed(const std::vector<int64_t>& lengths);
 };
 
-// Per-layer key/value storage for incremental decoding. Keys are stored after rotary.
+// Per-layer key/value storage for incremental decoding (inference only: forward() with a
+// cache requires torch::NoGradGuard). Keys are stored after rotary.
 // The mask of real tokens grows with the cache: forward() appends the new tokens' entries.
 class KVCache {
  public:

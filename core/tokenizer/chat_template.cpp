@@ -6,6 +6,7 @@
 
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/unicode.h"
+#include "core/util/json_limits.h"
 #include "core/util/strings.h"
 
 namespace grpo::core {
@@ -102,6 +103,7 @@ std::string render_chat(const std::string& template_name, const std::vector<Chat
 
 std::vector<ChatMessage> chat_messages_from_json(std::string_view json_text) {
   using json = nlohmann::json;
+  if (auto deep = json_nesting_error(json_text)) throw TokenizerError(*deep);
   json j;
   try {
     j = json::parse(json_text.begin(), json_text.end());

@@ -9,6 +9,7 @@
 
 #include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
+#include "core/util/json_limits.h"
 #include "core/util/strings.h"
 
 namespace grpo::core {
@@ -160,13 +161,18 @@ int grpo_tokenize_run(int argc, char** argv, std::istream& in, std::ostream& out
         } catch (const TokenizerError& e) {
           return bad_line(e.what());
         }
-        std::string text = render_chat(o.template_name, messages, o.generation_prompt);
-        if (o.render)
-          out << json(text).dump() << "\n";
-        else
-          write_ids(tok.encode(text, EncodeOptions{o.add_special}));
+        try {
+          std::string text = render_chat(o.template_name, messages, o.generation_prompt);
+          if (o.render)
+            out << json(text).dump() << "\n";
+          else
+            write_ids(tok.encode(text, EncodeOptions{o.add_special}));
+        } catch (const TokenizerError& e) {
+          return bad_line(e.what());
+        }
         continue;
       }
+      if (auto deep = json_nesting_error(line)) return bad_line(*deep);
       json j;
       try {
         j = json::parse(line);
@@ -192,7 +198,11 @@ int grpo_tokenize_run(int argc, char** argv, std::istream& in, std::ostream& out
         out << json(text).dump() << "\n";
       } else {
         if (!j.is_string()) return bad_line(std::string("expected a JSON string, got ") + j.type_name());
-        write_ids(tok.encode(j.get<std::string>(), EncodeOptions{o.add_special}));
+        try {
+          write_ids(tok.encode(j.get<std::string>(), EncodeOptions{o.add_special}));
+        } catch (const TokenizerError& e) {  // e.g. invalid UTF-8 in the string
+          return bad_line(e.what());
+        }
       }
     }
     out.flush();

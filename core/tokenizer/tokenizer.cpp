@@ -20,6 +20,7 @@
 
 #include "core/tokenizer/unicode.h"
 #include "core/util/fs.h"
+#include "core/util/json_limits.h"
 #include "core/util/strings.h"
 
 namespace grpo::core {
@@ -784,7 +785,11 @@ void check_decoder(const Ctx& c, const json& j, const std::string& path, int dep
 
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view source_name,
                                std::string_view config_json, std::string_view config_source_name) {
+  // Every type check is explicit; a json::exception escaping one would still be a bad file,
+  // never a crash.
+  try {
   Ctx c{std::string(source_name)};
+  if (auto deep = json_nesting_error(tokenizer_json)) throw TokenizerError(c.source + ": " + *deep);
   json root;
   try {
     root = json::parse(tokenizer_json.begin(), tokenizer_json.end());
@@ -1019,6 +1024,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   // tokenizer_config.json
   if (!config_json.empty()) {
     Ctx cc{std::string(config_source_name)};
+    if (auto deep = json_nesting_error(config_json)) throw TokenizerError(cc.source + ": " + *deep);
     json cfg;
     try {
       cfg = json::parse(config_json.begin(), config_json.end());
@@ -1050,7 +1056,8 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
         m.chat_template = ct->get<std::string>();
       } else if (ct->is_array()) {
         for (const json& e : *ct)
-          if (e.is_object() && e.value("name", "") == "default" && find_key(e, "template") && e["template"].is_string())
+          if (e.is_object() && find_key(e, "name") && e["name"] == "default" && find_key(e, "template") &&
+              e["template"].is_string())
             m.chat_template = e["template"].get<std::string>();
       } else {
         cc.fail("chat_template", std::string("expected a string, got ") + type_name(*ct));
@@ -1058,6 +1065,9 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     }
   }
   return Tokenizer(std::move(impl));
+  } catch (const json::exception& e) {
+    throw TokenizerError(std::string(source_name) + " (or " + std::string(config_source_name) + "): " + e.what());
+  }
 }
 
 Tokenizer Tokenizer::load(const std::string& dir_or_file) {

@@ -24,9 +24,9 @@ std::string make_byte_level_tokenizer_json(const std::vector<std::string>& speci
   // GPT-2 bytes_to_unicode() order: printable bytes first, then the others.
   std::vector<int> order;
   for (int b = 0; b < 256; ++b)
-    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) order.push_back(b);
+    if (unicode::is_gpt2_printable(b)) order.push_back(b);
   for (int b = 0; b < 256; ++b)
-    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) order.push_back(b);
+    if (!unicode::is_gpt2_printable(b)) order.push_back(b);
 
   auto byte_level = [](const std::string& raw) {
     std::string s;

@@ -12,12 +12,9 @@ struct ByteTables {
   std::array<int, 512> cp_to_byte;  // code points used are < 0x144
   ByteTables() {
     cp_to_byte.fill(-1);
-    std::array<bool, 256> printable{};
-    for (int b = 0; b < 256; ++b)
-      printable[static_cast<std::size_t>(b)] = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
     int n = 0;
     for (int b = 0; b < 256; ++b) {
-      std::uint32_t cp = printable[static_cast<std::size_t>(b)] ? static_cast<std::uint32_t>(b) : 256u + static_cast<std::uint32_t>(n++);
+      std::uint32_t cp = is_gpt2_printable(b) ? static_cast<std::uint32_t>(b) : 256u + static_cast<std::uint32_t>(n++);
       append_utf8(byte_to_str[static_cast<std::size_t>(b)], cp);
       cp_to_byte[cp] = b;
     }

@@ -7,6 +7,10 @@
 
 namespace grpo::core::unicode {
 
+// Whether GPT-2's bytes_to_unicode() maps byte `b` to itself ('!'..'~', '¡'..'¬', '®'..'ÿ');
+// the other bytes map to U+0100 + n in byte order. Also the id order of byte-level vocabularies.
+constexpr bool is_gpt2_printable(int b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255); }
+
 // The UTF-8 text of the character GPT-2's bytes_to_unicode() maps byte `b` to
 // (printable bytes map to themselves, the others to U+0100 + n, e.g. ' ' -> "Ġ").
 const std::string& byte_to_unicode(unsigned char b);

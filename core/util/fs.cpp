@@ -20,42 +20,8 @@ namespace {
 }  // namespace
 
 void atomic_write_file(const std::string& path, std::string_view content) {
-  namespace fs = std::filesystem;
-  fs::path target(path);
-  if (target.has_parent_path()) {
-    std::error_code ec;
-    fs::create_directories(target.parent_path(), ec);
-    if (ec) throw std::runtime_error("cannot create directory '" + target.parent_path().string() + "': " + ec.message());
-  }
-  std::string tmp = path + ".tmp.XXXXXX";
-  int fd = ::mkstemp(tmp.data());
-  if (fd < 0) fail("cannot create temporary file for", path, errno);
-  const char* p = content.data();
-  std::size_t left = content.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail("cannot write", tmp, err);
-    }
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
-  // mkstemp creates 0600; outputs are ordinary files.
-  ::fchmod(fd, 0644);
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot flush", tmp, err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot rename temporary file onto", path, err);
-  }
+  // A short write shows up as ferror() in atomic_write_file_with, which then fails.
+  atomic_write_file_with(path, [&](std::FILE* file) { std::fwrite(content.data(), 1, content.size(), file); });
 }
 
 void atomic_write_file_with(const std::string& path, const std::function<void(std::FILE*)>& write) {

@@ -1,6 +1,7 @@
 // Small string helpers shared by the runtime (suggestions in error messages, joining).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,9 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
 
 std::string join(const std::vector<std::string>& parts, std::string_view separator);
+
+// A tensor shape as "[2, 3]" ("[]" for a scalar), for error messages.
+std::string shape_text(const std::vector<int64_t>& shape);
 
 std::string_view trim(std::string_view s);
 

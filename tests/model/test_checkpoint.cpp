@@ -10,7 +10,8 @@
 #include "core/tokenizer/tokenizer_files.h"
 #include "core/util/fs.h"
 #include "model_fixtures.h"
-#include "support/error_of.h"
+#include "tests/support/error_of.h"
+#include "tests/support/test_dir.h"
 
 using namespace grpo::core;
 using grpo::testing::error_of;
@@ -20,11 +21,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A path (not yet existing) inside the test's fresh scratch folder.
 std::string scratch(const std::string& name) {
-  const fs::path dir = fs::path(GRPO_TEST_TMP_DIR) / "checkpoint" / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir.parent_path());
-  return dir.string();
+  return grpo::testing::fresh_test_dir("checkpoint") + "/" + name;
 }
 
 // A copy of a fixture folder whose weights are replaced by `tensors`.

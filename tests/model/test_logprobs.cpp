@@ -91,6 +91,26 @@ TEST(TokenLogProbs, Bfloat16WeightsUpcastLikeTransformers) {
   EXPECT_LT(max_abs_diff(r.logprobs, ref), 1e-5);
 }
 
+TEST(TokenLogProbs, PartialGradientsMatchNaive) {
+  // Only the entropy feeds the loss (the log-prob branch of backward is skipped), and only one
+  // input requires grad at a time.
+  torch::manual_seed(4);
+  auto t = torch::randint(23, {11}, torch::kLong);
+  for (int which = 0; which < 2; ++which) {
+    auto h1 = torch::randn({11, 6}), w1 = torch::randn({23, 6});
+    auto h2 = h1.clone(), w2 = w1.clone();
+    (which == 0 ? h1 : w1).requires_grad_(true);
+    (which == 0 ? h2 : w2).requires_grad_(true);
+    LogProbOptions opts{4, 1.3, true};
+    token_logprobs(h1, w1, t, opts).entropy.sum().backward();
+    token_logprobs_naive(h2, w2, t, opts).entropy.sum().backward();
+    auto& g1 = which == 0 ? h1 : w1;
+    auto& g2 = which == 0 ? h2 : w2;
+    EXPECT_LT(max_abs_diff(g1.grad(), g2.grad()), 1e-4) << (which == 0 ? "hidden" : "weight");
+    EXPECT_FALSE((which == 0 ? w1 : h1).grad().defined());
+  }
+}
+
 TEST(TokenLogProbs, BadArgumentsAreErrors) {
   auto h = torch::randn({4, 8});
   auto w = torch::randn({10, 8});
@@ -98,4 +118,6 @@ TEST(TokenLogProbs, BadArgumentsAreErrors) {
   EXPECT_THROW(token_logprobs(h, w, torch::zeros({4}, torch::kInt)), std::invalid_argument);
   EXPECT_THROW(token_logprobs(h, torch::randn({10, 7}), torch::zeros({4}, torch::kLong)), std::invalid_argument);
   EXPECT_THROW(token_logprobs(h, w, torch::zeros({4}, torch::kLong), {0, 1.0, false}), std::invalid_argument);
+  EXPECT_THROW(token_logprobs(h, w, torch::full({4}, 10, torch::kLong)), std::invalid_argument);  // id == vocab
+  EXPECT_THROW(token_logprobs(h, w, torch::full({4}, -1, torch::kLong)), std::invalid_argument);
 }

@@ -5,7 +5,7 @@
 #include "core/model/model_config.h"
 #include "core/util/fs.h"
 #include "model_fixtures.h"
-#include "support/error_of.h"
+#include "tests/support/error_of.h"
 
 using grpo::core::ModelArchitecture;
 using grpo::core::ModelConfigError;
@@ -139,4 +139,30 @@ TEST(ModelConfig, FreshConfigJsonHasTheKeysTransformersWrites) {
                           "hidden_act", "torch_dtype", "attention_bias", "bos_token_id", "eos_token_id"})
     EXPECT_TRUE(written.contains(key)) << key;
   EXPECT_EQ(parse_model_config(written.dump(), "again").head_dim, 32);
+}
+
+TEST(ModelConfig, HeadDimDefaultsFollowEachConfigClass) {
+  // Qwen3Config defaults head_dim to 128; Qwen2/Llama derive it from hidden_size / heads.
+  auto j = fixture_config("qwen3");
+  j.erase("head_dim");
+  EXPECT_EQ(parse_model_config(j.dump(), "x").head_dim, 128);
+  j = fixture_config("llama");
+  j.erase("head_dim");
+  EXPECT_EQ(parse_model_config(j.dump(), "x").head_dim, 16);
+}
+
+TEST(ModelConfig, Transformers5DtypeKeyIsUpdatedOnSave) {
+  auto j = fixture_config("qwen3");
+  j["dtype"] = "bfloat16";
+  auto written = json::parse(grpo::core::model_config_to_json(parse_model_config(j.dump(), "x"), "float32"));
+  EXPECT_EQ(written["dtype"], "float32");
+  EXPECT_EQ(written["torch_dtype"], "float32");
+}
+
+TEST(ModelConfig, DeeplyNestedJsonIsAnErrorNotACrash) {
+  auto j = fixture_config("qwen3");
+  std::string text = j.dump();
+  text.insert(text.size() - 1, ", \"deep\": " + std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_NE(error_of<ModelConfigError>([&] { parse_model_config(text, "c.json"); }).find("c.json: JSON nested deeper than 64 levels"),
+            std::string::npos);
 }

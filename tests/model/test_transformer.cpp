@@ -144,6 +144,38 @@ TEST_P(ForwardParity, BatchedCacheDecodingOfLeftPaddedPromptsMatchesFullForward)
   EXPECT_EQ(cache.length(), input.size(1) + steps);
 }
 
+TEST_P(ForwardParity, DecodeStepWithAPaddedRowKeepsPositionsAndMask) {
+  // Row 0 gets a real token this step, row 1 a padding slot (it has finished); on the next step
+  // row 1's token must still see exactly its own real tokens at the right position.
+  auto a = ids(1), b = ids(3);
+  const int64_t La = 6, Lb = 9;
+  auto [input, mask] = pad_batch({a.narrow(0, 0, La), b.narrow(0, 0, Lb)}, /*left=*/true);
+  KVCache cache(model_->config(), 2, input.size(1) + 2, torch::kFloat32);
+  model_(input, model_->decode_layout(cache, input.size(1), mask), &cache);
+  auto step1 = torch::stack({a[La], torch::tensor(299, torch::kLong)}).unsqueeze(1);
+  auto step1_mask = torch::tensor({1, 0}, torch::kLong).unsqueeze(1);
+  model_(step1, model_->decode_layout(cache, 1, step1_mask), &cache);
+  EXPECT_EQ(cache.next_positions()[0].item<int64_t>(), La + 1);
+  EXPECT_EQ(cache.next_positions()[1].item<int64_t>(), Lb);
+  auto step2 = torch::stack({a[La + 1], b[Lb]}).unsqueeze(1);
+  auto out = model_(step2, model_->decode_layout(cache, 1), &cache);
+  EXPECT_LT(max_abs_diff(out[0][0], logits(1)[La + 1]), kLogitTolerance);
+  EXPECT_LT(max_abs_diff(out[1][0], logits(3)[Lb]), kLogitTolerance);
+}
+
+TEST_P(ForwardParity, MisuseIsAnError) {
+  auto x = ids(0).unsqueeze(0);
+  KVCache small(model_->config(), 1, 4, torch::kFloat32);
+  EXPECT_THROW(model_(x, model_->decode_layout(small, x.size(1)), &small), std::invalid_argument);  // 7 > 4
+  KVCache cache(model_->config(), 1, 16, torch::kFloat32);
+  EXPECT_THROW(model_(x, AttentionLayout::packed({x.size(1)}), &cache), std::invalid_argument);
+  EXPECT_THROW(model_(x, AttentionLayout::packed({3, 3})), std::invalid_argument);  // lengths sum 6 != 7
+  {
+    torch::AutoGradMode grad(true);
+    EXPECT_THROW(model_(x, model_->decode_layout(cache, x.size(1)), &cache), std::invalid_argument);
+  }
+}
+
 TEST_P(ForwardParity, PackedLogProbsEqualPerSequenceLogProbs) {
   std::vector<torch::Tensor> seqs;
   std::vector<int64_t> lengths;

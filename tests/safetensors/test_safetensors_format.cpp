@@ -14,6 +14,7 @@
 #include "core/model/safetensors.h"
 #include "core/util/fs.h"
 #include "tests/support/error_of.h"
+#include "tests/support/test_dir.h"
 
 namespace {
 
@@ -21,13 +22,7 @@ namespace fs = std::filesystem;
 using namespace grpo::core;
 using grpo::testing::error_of;
 
-std::string test_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(GRPO_TEST_TMP_DIR) / "format" / (std::string(info->test_suite_name()) + "." + info->name());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+std::string test_dir() { return grpo::testing::fresh_test_dir("format"); }
 
 std::string le64(uint64_t n) {
   std::string s(8, '\0');

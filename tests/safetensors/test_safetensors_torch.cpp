@@ -13,6 +13,7 @@
 #include "core/model/safetensors_torch.h"
 #include "core/util/fs.h"
 #include "tests/support/error_of.h"
+#include "tests/support/test_dir.h"
 
 namespace {
 
@@ -22,13 +23,7 @@ using grpo::testing::error_of;
 
 #define EXPECT_HAS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
 
-std::string test_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(GRPO_TEST_TMP_DIR) / "torch" / (std::string(info->test_suite_name()) + "." + info->name());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+std::string test_dir() { return grpo::testing::fresh_test_dir("torch"); }
 
 // A tensor of `type` whose bytes are random (bool: 0/1), so that round trips are checked
 // bit for bit, NaN payloads included.

@@ -31,6 +31,17 @@ TEST(TokenizerErrors, MalformedJson) {
   expect_contains(error_of<TokenizerError>([] { Tokenizer::from_json("[]", "t.json"); }), "t.json: (top level): expected an object");
 }
 
+TEST(TokenizerErrors, DeepNestingAndOddConfigValuesAreErrorsNotCrashes) {
+  std::string text = base().dump();
+  text.insert(text.size() - 1, ",\"x\":" + std::string(200000, '[') + std::string(200000, ']'));
+  expect_contains(error_of<TokenizerError>([&] { Tokenizer::from_json(text, "tok/tokenizer.json"); }),
+                  "tok/tokenizer.json: JSON nested deeper than 64 levels");
+  // A chat_template list entry whose name is not a string.
+  Tokenizer t = Tokenizer::from_json(base().dump(), "tok/tokenizer.json", R"({"chat_template": [{"name": 5}]})",
+                                     "tok/tokenizer_config.json");
+  EXPECT_FALSE(t.chat_template_source().has_value());
+}
+
 TEST(TokenizerErrors, WrongTypes) {
   json j = base();
   j["model"]["vocab"] = json::array();

@@ -12,6 +12,7 @@
 #include "core/config/yaml_loader.h"
 #include "core/util/fs.h"
 #include "grpo/sdk/config_view.h"
+#include "tests/support/test_dir.h"
 
 namespace {
 
@@ -21,13 +22,7 @@ using grpo::sdk::ConfigValue;
 using namespace grpo::core;
 
 // A fresh directory per test.
-std::string test_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(GRPO_TEST_TMP_DIR) / "config" / (std::string(info->test_suite_name()) + "." + info->name());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+std::string test_dir() { return grpo::testing::fresh_test_dir("config"); }
 
 std::string write(const std::string& dir, const std::string& name, const std::string& text) {
   std::string path = dir + "/" + name;

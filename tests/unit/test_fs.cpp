@@ -9,19 +9,14 @@
 #include <string>
 
 #include "core/util/fs.h"
+#include "tests/support/test_dir.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace grpo::core;
 
-std::string test_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(GRPO_TEST_TMP_DIR) / "fs" / (std::string(info->test_suite_name()) + "." + info->name());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+std::string test_dir() { return grpo::testing::fresh_test_dir("fs"); }
 
 std::size_t entries_in(const std::string& dir) {
   std::size_t n = 0;
