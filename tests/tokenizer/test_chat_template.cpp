@@ -20,12 +20,14 @@
 #include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "tests/support/error_of.h"
+#include "tests/tokenizer/tokenizer_test_support.h"
 
 namespace grpo::testing {
 namespace {
 
 using grpo::core::ChatMessage;
 using grpo::core::render_chat;
+using grpo::core::Tokenizer;
 using grpo::core::TokenizerError;
 
 const std::vector<ChatMessage> kSysUser = {{"system", "You are helpful."}, {"user", "What is 2+2?"}};
@@ -100,6 +102,80 @@ TEST(ChatTemplate, MessagesFromJson) {
             std::string::npos);
   EXPECT_NE(error_of<TokenizerError>([] { grpo::core::chat_messages_from_json(R"("hi")"); }).find("expected a messages list"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace grpo::testing
+
+// The renderers against the Jinja sources themselves, rendered by Hugging Face's Jinja
+// implementation in node (@huggingface/jinja): Qwen3's own template from its
+// tokenizer_config.json, and the sources we write into checkpoints.
+namespace grpo::testing {
+namespace {
+
+struct ChatCase {
+  std::vector<ChatMessage> messages;
+  bool add_generation_prompt;
+  bool ends_with_user;  // Qwen3's template adds <think> blocks after the last user turn
+};
+
+std::vector<ChatCase> chat_cases() {
+  const std::string spaced = "  Solve:\n x^2 = 4 \t\n";
+  return {
+      {{{"user", "What is 2+2?"}}, true, true},
+      {{{"system", "You are a careful math tutor."}, {"user", "Prove that sqrt(2) is irrational."}}, true, true},
+      {{{"system", "Answer in one word."}, {"user", "Capital of France?"}, {"assistant", "Paris"},
+        {"user", "And of Japan? 日本の首都"}},
+       true, true},
+      {{{"user", spaced}}, true, true},
+      {{{"user", "Explain \\frac{a}{b} in LaTeX 🙂"}}, false, true},
+      {{{"user", "hi"}, {"assistant", spaced}}, false, false},
+  };
+}
+
+std::vector<std::string> render_with_jinja(const std::string& tag, const std::vector<nlohmann::json>& cases) {
+  const std::string in = tmp_dir() + "/" + tag + "-chat-cases.json";
+  const std::string out = tmp_dir() + "/" + tag + "-chat-rendered.json";
+  std::ofstream(in, std::ios::binary) << nlohmann::json(cases).dump();
+  std::filesystem::remove(out);
+  const std::string cmd = "node '" + source_dir() + "/tests/tokenizer/reference_chat.cjs' '" + npm_prefix() + "' '" +
+                          in + "' '" + out + "'";
+  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("reference renderer failed: " + cmd);
+  std::ifstream f(out, std::ios::binary);
+  return nlohmann::json::parse(f).get<std::vector<std::string>>();
+}
+
+nlohmann::json case_json(const std::string& jinja, const ChatCase& c) {
+  nlohmann::json messages = nlohmann::json::array();
+  for (const auto& m : c.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
+  return {{"template", jinja},           {"messages", messages},         {"add_generation_prompt", c.add_generation_prompt},
+          {"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|eot_id|>"}};
+}
+
+TEST(ChatTemplateJinja, RenderersEqualTheJinjaTemplates) {
+  const std::string problem = reference_cache_problem();
+  ASSERT_TRUE(problem.empty()) << problem;
+  ASSERT_TRUE(std::filesystem::exists(npm_prefix() + "/node_modules/@huggingface/jinja/package.json"))
+      << "missing @huggingface/jinja — run scripts/fetch-reference-tokenizers.sh";
+  const auto qwen3 = Tokenizer::load(qwen3_dir());
+  ASSERT_TRUE(qwen3.chat_template_source().has_value());
+
+  std::vector<nlohmann::json> cases;
+  std::vector<std::pair<std::string, std::string>> expected;  // (what, our rendering)
+  for (const auto& c : chat_cases()) {
+    for (const std::string name : {"chatml", "llama3", "none"}) {
+      cases.push_back(case_json(grpo::core::chat_template_jinja(name), c));
+      expected.emplace_back(name + " source", render_chat(name, c.messages, c.add_generation_prompt));
+    }
+    if (c.ends_with_user) {
+      cases.push_back(case_json(*qwen3.chat_template_source(), c));
+      expected.emplace_back("Qwen3's own template", render_chat("chatml", c.messages, c.add_generation_prompt));
+    }
+  }
+  const auto rendered = render_with_jinja("templates", cases);
+  ASSERT_EQ(rendered.size(), expected.size());
+  for (std::size_t i = 0; i < rendered.size(); ++i)
+    EXPECT_EQ(expected[i].second, rendered[i]) << expected[i].first << ", case " << cases[i]["messages"].dump();
 }
 
 }  // namespace
