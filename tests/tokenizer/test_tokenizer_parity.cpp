@@ -1,5 +1,5 @@
-// Parity with Hugging Face's JavaScript tokenizers (@huggingface/tokenizers) on the Qwen3
-// tokenizer.json and on our demo byte-level tokenizer: identical ids on the whole corpus, and
+// Parity with Hugging Face's JavaScript tokenizers (@huggingface/tokenizers) on the Qwen3 and
+// Llama-3 tokenizer.json files and on our demo byte-level tokenizer: identical ids on the whole corpus, and
 // decode(encode(s)) == s for every string that is already NFC. Reference ids come from node
 // at test time, never from the code under test.
 #include <gtest/gtest.h>
@@ -53,6 +53,20 @@ TEST(TokenizerParity, Qwen3MatchesHuggingFaceJs) {
   // Same ids without the piece cache (the BPE itself, not a cached answer).
   tok.set_cache_enabled(false);
   for (std::size_t i = 0; i < corpus.size(); i += 7) EXPECT_EQ(tok.encode(corpus[i]), refs[i].ids) << i;
+}
+
+TEST(TokenizerParity, Llama3MatchesHuggingFaceJs) {
+  // Llama-3's file differs where Qwen's does not reach: ignore_merges (whole words found in
+  // the vocabulary skip BPE), digits split in runs of up to three, no normalizer.
+  std::string problem = reference_cache_problem();
+  ASSERT_TRUE(problem.empty()) << problem;
+  std::vector<std::string> corpus = parity_corpus();
+  for (const char* s : {"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>",
+                        "1234567890 12 123 1234 3.14159265358979", "<|reserved_special_token_5|>x<|end_of_text|>"})
+    corpus.emplace_back(s);
+  auto refs = reference_encode(llama3_dir() + "/tokenizer.json", corpus, "llama3");
+  Tokenizer tok = Tokenizer::load(llama3_dir());
+  expect_parity(tok, corpus, refs, "llama3");
 }
 
 TEST(TokenizerParity, Qwen3ConcurrentEncodeMatches) {

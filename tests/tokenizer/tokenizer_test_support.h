@@ -20,6 +20,7 @@ namespace grpo::testing {
 inline std::string source_dir() { return GRPO_SOURCE_DIR; }
 inline std::string npm_prefix() { return source_dir() + "/.cache/npm-tokenizers"; }
 inline std::string qwen3_dir() { return source_dir() + "/.cache/reference-tokenizers/qwen3"; }
+inline std::string llama3_dir() { return source_dir() + "/.cache/reference-tokenizers/llama3"; }
 inline std::string tmp_dir() {
   std::filesystem::create_directories(GRPO_TOKENIZER_TEST_TMP_DIR);
   return GRPO_TOKENIZER_TEST_TMP_DIR;
@@ -31,6 +32,8 @@ inline std::string reference_cache_problem() {
   const char* hint = " — run scripts/fetch-reference-tokenizers.sh (needs node + npm; install-deps.sh calls it)";
   if (!fs::exists(qwen3_dir() + "/tokenizer.json"))
     return "missing " + qwen3_dir() + "/tokenizer.json" + hint;
+  if (!fs::exists(llama3_dir() + "/tokenizer.json"))
+    return "missing " + llama3_dir() + "/tokenizer.json" + hint;
   if (!fs::exists(npm_prefix() + "/node_modules/@huggingface/tokenizers/package.json"))
     return "missing " + npm_prefix() + "/node_modules/@huggingface/tokenizers" + hint;
   if (std::system("node --version > /dev/null 2>&1") != 0) return std::string("node is not on PATH") + hint;
