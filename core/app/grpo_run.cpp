@@ -9,6 +9,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/algo/algorithm_settings.h"
 #include "core/config/config_loader.h"
 #include "core/config/schema.h"
 #include "core/config/yaml_loader.h"
@@ -134,6 +135,7 @@ int run(const Options& opt) {
     log_blas_status();
     load_configured_plugins(registry, config);
     RuntimeComponents components = create_components(registry, config);
+    const AlgorithmSettings algorithm = algorithm_settings(config);
     const PolicySpec policy = policy_spec(config);
     const PolicyFiles files = check_policy_files(policy);
     std::vector<std::string> names;
@@ -141,6 +143,7 @@ int run(const Options& opt) {
     for (const auto& c : components.others) names.push_back(c.key_path + "=" + c.name);
     std::cout << "config OK: " << (opt.configs.empty() ? std::string("(defaults)") : join(opt.configs, ", ")) << "\n"
               << "components: " << (names.empty() ? std::string("(none configured)") : join(names, ", ")) << "\n"
+              << "algorithm: " << describe(algorithm) << "\n"
               << "model: " << (policy.model_path.empty() ? std::string("(none configured)")
                                                          : policy.model_path + " (" + architecture_name(files.model_config.architecture) + ")")
               << "\n"
@@ -162,6 +165,7 @@ int run(const Options& opt) {
   RuntimeComponents components = create_components(registry, config);
   spdlog::info("constructed {} verifier(s) and {} other component(s)", components.verifiers.size(),
                components.others.size());
+  spdlog::info("algorithm: {}", describe(algorithm_settings(config)));
   const PolicySpec policy_config = policy_spec(config);
   LoadedPolicy policy = load_policy(policy_config);
   if (policy.model.model) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/algo/modes.h"
 #include "core/config/yaml_loader.h"
 #include "core/tokenizer/chat_template.h"
 #include "core/util/strings.h"
@@ -25,6 +26,13 @@ const std::vector<ConfigKeySpec>& config_schema() {
     {"algorithm.advantage",    ConfigType::kComponent,     "null",          "Advantage estimator component.", {}},
     {"algorithm.policy_loss",  ConfigType::kComponent,     "null",          "Policy loss component.", {}},
     {"algorithm.kl_estimator", ConfigType::kComponent,     "null",          "KL estimator component.", {}},
+    {"algorithm.kl_coef",      ConfigType::kNumber,        "0.0",           "KL coefficient: beta of the KL penalty in the loss, or the reward coefficient with `kl_in_reward`. 0 = no KL term, and no reference model is loaded.", {}},
+    {"algorithm.kl_in_reward", ConfigType::kBool,          "false",         "Put the KL penalty into the token rewards (verl `use_kl_in_reward`) instead of the loss.", {}},
+    {"algorithm.loss_aggregation", ConfigType::kEnum,      "token-mean",    "How per-token losses become the loss; denominators are global over micro-batches and ranks. See docs/algorithms.md.", loss_aggregation_names()},
+    {"algorithm.mismatch_correction.mode", ConfigType::kEnum, "none",       "Rollout/trainer log-prob mismatch correction: importance weights exp(old - rollout) that multiply the per-token loss.", mismatch_mode_names()},
+    {"algorithm.mismatch_correction.max", ConfigType::kNumber, "2.0",       "Upper bound C of the importance weight (truncate: clamp to C; mask: weight 0 above C).", {}},
+    {"algorithm.mismatch_correction.min", ConfigType::kNumber, "0.0",       "Lower bound of the importance weight in the mask modes (weight 0 below it).", {}},
+    {"algorithm.mismatch_correction.sequence_reduction", ConfigType::kEnum, "sum", "How the sequence modes combine the per-token log-ratios: `sum` (the sequence's likelihood ratio) or `mean`.", sequence_reduction_names()},
     {"rollout.backend",        ConfigType::kComponent,     "null",          "Rollout (generation) backend component.", {}},
     {"model.path",             ConfigType::kString,        "\"\"",        "Policy model: a Hugging Face folder (config.json + model.safetensors or a sharded index); `\"\"` = none. See docs/models.md.", {}},
     {"model.dtype",            ConfigType::kEnum,          "float32",       "Dtype the policy is loaded and trained in.", {"float32", "bfloat16"}},

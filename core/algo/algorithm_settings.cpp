@@ -1,0 +1,70 @@
+#include "core/algo/algorithm_settings.h"
+
+#include <sstream>
+#include <stdexcept>
+
+#include "core/runtime/components.h"
+#include "grpo/sdk/config_view.h"
+
+namespace grpo::core {
+
+namespace {
+
+[[noreturn]] void fail(const sdk::ConfigValue* node, const std::string& key, const std::string& message) {
+  const std::string where = node && node->location().known() ? node->location().to_string() + ": " : "";
+  throw sdk::ConfigError(where + key + ": " + message);
+}
+
+}  // namespace
+
+AlgorithmSettings algorithm_settings(const sdk::ConfigValue& root) {
+  AlgorithmSettings s;
+  const sdk::ConfigView algorithm(find_config_node(root, {"algorithm"}), "algorithm");
+  s.kl.kl_coef = algorithm.get_double("kl_coef", 0.0);
+  s.kl.kl_in_reward = algorithm.get_bool("kl_in_reward", false);
+  const sdk::ConfigValue* coef_node = find_config_node(root, {"algorithm", "kl_coef"});
+  try {
+    validate(s.kl);
+  } catch (const std::invalid_argument& e) {
+    fail(coef_node, "algorithm.kl_coef", e.what());
+  }
+  const sdk::ConfigValue* estimator = find_config_node(root, {"algorithm", "kl_estimator"});
+  if (s.kl.kl_coef != 0.0 && (!estimator || estimator->is_null()))
+    fail(coef_node, "algorithm.kl_coef",
+         "a KL coefficient of " + (std::ostringstream() << s.kl.kl_coef).str() +
+             " needs an algorithm.kl_estimator (k1, k2, k3 or k4); set kl_coef: 0 for no KL term");
+
+  const sdk::ConfigValue* aggregation_node = find_config_node(root, {"algorithm", "loss_aggregation"});
+  try {
+    s.loss_aggregation = parse_loss_aggregation(algorithm.get_string("loss_aggregation", "token-mean"));
+  } catch (const std::invalid_argument& e) {
+    fail(aggregation_node, "algorithm.loss_aggregation", e.what());
+  }
+
+  const sdk::ConfigView mismatch = algorithm.child("mismatch_correction");
+  const sdk::ConfigValue* mismatch_node = find_config_node(root, {"algorithm", "mismatch_correction"});
+  try {
+    s.mismatch.mode = parse_mismatch_mode(mismatch.get_string("mode", "none"));
+    s.mismatch.sequence_reduction = parse_sequence_reduction(mismatch.get_string("sequence_reduction", "sum"));
+    s.mismatch.max = mismatch.get_double("max", s.mismatch.max);
+    s.mismatch.min = mismatch.get_double("min", s.mismatch.min);
+    validate(s.mismatch);
+  } catch (const std::invalid_argument& e) {
+    fail(mismatch_node, "algorithm.mismatch_correction", e.what());
+  }
+  return s;
+}
+
+std::string describe(const AlgorithmSettings& s) {
+  std::ostringstream out;
+  out << "loss " << to_string(s.loss_aggregation) << ", ";
+  if (!needs_reference_model(s.kl))
+    out << "no KL term (no reference model)";
+  else
+    out << "KL " << s.kl.kl_coef << (s.kl.kl_in_reward ? " in the reward" : " in the loss") << " (reference model loaded)";
+  out << ", mismatch correction " << to_string(s.mismatch.mode);
+  if (s.mismatch.mode != MismatchMode::kNone) out << " (min " << s.mismatch.min << ", max " << s.mismatch.max << ")";
+  return out.str();
+}
+
+}  // namespace grpo::core
