@@ -8,15 +8,6 @@
 
 namespace grpo::core {
 
-namespace {
-
-[[noreturn]] void fail(const sdk::ConfigValue* node, const std::string& key, const std::string& message) {
-  const std::string where = node && node->location().known() ? node->location().to_string() + ": " : "";
-  throw sdk::ConfigError(where + key + ": " + message);
-}
-
-}  // namespace
-
 AlgorithmSettings algorithm_settings(const sdk::ConfigValue& root) {
   AlgorithmSettings s;
   const sdk::ConfigView algorithm(find_config_node(root, {"algorithm"}), "algorithm");
@@ -26,11 +17,11 @@ AlgorithmSettings algorithm_settings(const sdk::ConfigValue& root) {
   try {
     validate(s.kl);
   } catch (const std::invalid_argument& e) {
-    fail(coef_node, "algorithm.kl_coef", e.what());
+    fail_at_key(coef_node, "algorithm.kl_coef", e.what());
   }
   const sdk::ConfigValue* estimator = find_config_node(root, {"algorithm", "kl_estimator"});
   if (s.kl.kl_coef != 0.0 && (!estimator || estimator->is_null()))
-    fail(coef_node, "algorithm.kl_coef",
+    fail_at_key(coef_node, "algorithm.kl_coef",
          "a KL coefficient of " + (std::ostringstream() << s.kl.kl_coef).str() +
              " needs an algorithm.kl_estimator (k1, k2, k3 or k4); set kl_coef: 0 for no KL term");
 
@@ -38,7 +29,7 @@ AlgorithmSettings algorithm_settings(const sdk::ConfigValue& root) {
   try {
     s.loss_aggregation = parse_loss_aggregation(algorithm.get_string("loss_aggregation", "token-mean"));
   } catch (const std::invalid_argument& e) {
-    fail(aggregation_node, "algorithm.loss_aggregation", e.what());
+    fail_at_key(aggregation_node, "algorithm.loss_aggregation", e.what());
   }
 
   const sdk::ConfigView mismatch = algorithm.child("mismatch_correction");
@@ -50,7 +41,7 @@ AlgorithmSettings algorithm_settings(const sdk::ConfigValue& root) {
     s.mismatch.min = mismatch.get_double("min", s.mismatch.min);
     validate(s.mismatch);
   } catch (const std::invalid_argument& e) {
-    fail(mismatch_node, "algorithm.mismatch_correction", e.what());
+    fail_at_key(mismatch_node, "algorithm.mismatch_correction", e.what());
   }
   return s;
 }

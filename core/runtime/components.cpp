@@ -6,6 +6,11 @@
 
 namespace grpo::core {
 
+void fail_at_key(const sdk::ConfigValue* node, const std::string& key, const std::string& message) {
+  if (node) sdk::ConfigView::fail_at(*node, key, message);
+  throw sdk::ConfigError(key + ": " + message);
+}
+
 const sdk::ConfigValue* find_config_node(const sdk::ConfigValue& root, std::initializer_list<const char*> keys) {
   const sdk::ConfigValue* node = &root;
   for (const char* k : keys) {

@@ -48,6 +48,10 @@ RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigV
 // The node at root.k1.k2..., or nullptr when a key is missing or a parent is not a map.
 const sdk::ConfigValue* find_config_node(const sdk::ConfigValue& root, std::initializer_list<const char*> keys);
 
+// Throws sdk::ConfigError "<node's file:line:col>: <key>: <message>" (without a location when
+// `node` is null): errors about a value found by find_config_node.
+[[noreturn]] void fail_at_key(const sdk::ConfigValue* node, const std::string& key, const std::string& message);
+
 // The component name of a component node: the string itself, or its `name` key.
 std::string component_name(const sdk::ConfigValue& node, const std::string& key_path);
 

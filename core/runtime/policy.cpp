@@ -7,15 +7,6 @@
 
 namespace grpo::core {
 
-namespace {
-
-[[noreturn]] void fail(const sdk::ConfigValue* node, const std::string& key, const std::string& message) {
-  const std::string where = node && node->location().known() ? node->location().to_string() + ": " : "";
-  throw sdk::ConfigError(where + key + ": " + message);
-}
-
-}  // namespace
-
 PolicySpec policy_spec(const sdk::ConfigValue& root) {
   PolicySpec spec;
   const sdk::ConfigView model(find_config_node(root, {"model"}), "model");
@@ -38,11 +29,11 @@ PolicyFiles check_policy_files(const PolicySpec& spec) {
   if (!spec.model_path.empty()) {
     const std::string config_json = (std::filesystem::path(spec.model_path) / "config.json").string();
     if (!std::filesystem::is_directory(spec.model_path))
-      fail(spec.model_node, "model.path", "'" + spec.model_path + "' is not a folder (expected a Hugging Face model folder)");
+      fail_at_key(spec.model_node, "model.path", "'" + spec.model_path + "' is not a folder (expected a Hugging Face model folder)");
     try {
       files.model_config = load_model_config(config_json);
     } catch (const std::exception& e) {
-      fail(spec.model_node, "model.path", e.what());
+      fail_at_key(spec.model_node, "model.path", e.what());
     }
   }
   if (!spec.tokenizer_path.empty()) {
@@ -50,10 +41,10 @@ PolicyFiles check_policy_files(const PolicySpec& spec) {
     try {
       files.tokenizer = Tokenizer::load(spec.tokenizer_path);
     } catch (const std::exception& e) {
-      fail(spec.tokenizer_node, key, e.what());
+      fail_at_key(spec.tokenizer_node, key, e.what());
     }
     if (!spec.model_path.empty() && files.tokenizer->vocab_size() > files.model_config.vocab_size)
-      fail(spec.tokenizer_node, key,
+      fail_at_key(spec.tokenizer_node, key,
            "the tokenizer has " + std::to_string(files.tokenizer->vocab_size()) + " ids but the model's vocab_size is " +
                std::to_string(files.model_config.vocab_size));
   }

@@ -16,6 +16,7 @@
 #include "grpo/sdk/config_value.h"
 #include "grpo/sdk/config_view.h"
 #include "grpo/sdk/verifier.h"
+#include "tests/support/build_plugins.h"
 
 namespace {
 
@@ -26,18 +27,7 @@ using grpo::sdk::VerifierInput;
 using grpo::sdk::VerifierResult;
 using json = nlohmann::json;
 
-// One registry for the whole suite: only the build's plugin folder, nothing from the
-// environment or an installed prefix.
-grpo::core::PluginRegistry& registry() {
-  static grpo::core::PluginRegistry* r = [] {
-    grpo::core::PluginSearchPath sp;
-    sp.explicit_dirs = {GRPO_PLUGIN_BUILD_DIR};
-    sp.use_environment = false;
-    sp.use_install_dir = false;
-    return new grpo::core::PluginRegistry(sp);
-  }();
-  return *r;
-}
+grpo::core::PluginRegistry& registry() { return grpo::testing::build_plugin_registry(); }
 
 struct Option {
   std::string key;

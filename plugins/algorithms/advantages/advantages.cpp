@@ -98,6 +98,22 @@ Groups checked_groups(const char* estimator, const at::Tensor& group_ids, int64_
   return out;
 }
 
+// What every estimator starts from: the checked mask, batch size, rewards and groups.
+struct Prepared {
+  at::Tensor mask;
+  int64_t B;
+  std::vector<double> r;
+  Groups groups;
+};
+
+Prepared prepare(const char* name, const AdvantageInput& in) {
+  at::Tensor mask = checked_mask(name, in);
+  const int64_t B = mask.size(0);
+  std::vector<double> r = checked_rewards(name, in.rewards, B);
+  Groups groups = checked_groups(name, in.batch.group_ids, B);
+  return {std::move(mask), B, std::move(r), std::move(groups)};
+}
+
 struct GroupStats {
   int64_t n = 0;
   double sum = 0.0;
@@ -197,10 +213,7 @@ class Grpo : public AdvantageEstimator {
 
   AdvantageOutput compute(const AdvantageInput& in) const override {
     at::NoGradGuard no_grad;
-    const at::Tensor mask = checked_mask("grpo", in);
-    const int64_t B = mask.size(0);
-    const std::vector<double> r = checked_rewards("grpo", in.rewards, B);
-    const Groups groups = checked_groups("grpo", in.batch.group_ids, B);
+    const auto [mask, B, r, groups] = prepare("grpo", in);
 
     double batch_std = 1.0;  // a batch of one sample: std 1, as verl's group of 1
     if (scale_ == "batch" && B > 1) {
@@ -234,10 +247,7 @@ class DrGrpo : public AdvantageEstimator {
 
   AdvantageOutput compute(const AdvantageInput& in) const override {
     at::NoGradGuard no_grad;
-    const at::Tensor mask = checked_mask("dr_grpo", in);
-    const int64_t B = mask.size(0);
-    const std::vector<double> r = checked_rewards("dr_grpo", in.rewards, B);
-    const Groups groups = checked_groups("dr_grpo", in.batch.group_ids, B);
+    const auto [mask, B, r, groups] = prepare("dr_grpo", in);
     std::vector<double> adv(B, 0.0);
     for (const auto& members : groups.members) {
       const GroupStats s = stats_of(members, r, true);
@@ -257,10 +267,7 @@ class Rloo : public AdvantageEstimator {
 
   AdvantageOutput compute(const AdvantageInput& in) const override {
     at::NoGradGuard no_grad;
-    const at::Tensor mask = checked_mask("rloo", in);
-    const int64_t B = mask.size(0);
-    const std::vector<double> r = checked_rewards("rloo", in.rewards, B);
-    const Groups groups = checked_groups("rloo", in.batch.group_ids, B);
+    const auto [mask, B, r, groups] = prepare("rloo", in);
     std::vector<double> adv(B, 0.0);
     for (const auto& members : groups.members) {
       const GroupStats s = stats_of(members, r, true);
@@ -282,10 +289,7 @@ class ReinforcePpBaseline : public AdvantageEstimator {
 
   AdvantageOutput compute(const AdvantageInput& in) const override {
     at::NoGradGuard no_grad;
-    const at::Tensor mask = checked_mask("reinforce_pp_baseline", in);
-    const int64_t B = mask.size(0);
-    const std::vector<double> r = checked_rewards("reinforce_pp_baseline", in.rewards, B);
-    const Groups groups = checked_groups("reinforce_pp_baseline", in.batch.group_ids, B);
+    const auto [mask, B, r, groups] = prepare("reinforce_pp_baseline", in);
     std::vector<double> centred(B, 0.0);
     for (const auto& members : groups.members) {
       const GroupStats s = stats_of(members, r, true);
@@ -380,10 +384,7 @@ class GrpoPassk : public AdvantageEstimator {
 
   AdvantageOutput compute(const AdvantageInput& in) const override {
     at::NoGradGuard no_grad;
-    const at::Tensor mask = checked_mask("grpo_passk", in);
-    const int64_t B = mask.size(0);
-    const std::vector<double> r = checked_rewards("grpo_passk", in.rewards, B);
-    const Groups groups = checked_groups("grpo_passk", in.batch.group_ids, B);
+    const auto [mask, B, r, groups] = prepare("grpo_passk", in);
     std::vector<double> adv(B, 0.0);
     for (size_t g = 0; g < groups.ids.size(); ++g) {
       const auto& members = groups.members[g];

@@ -22,6 +22,7 @@
 #include "grpo/sdk/config_view.h"
 #include "grpo/sdk/torch/advantage.h"
 #include "tests/support/error_of.h"
+#include "tests/support/build_plugins.h"
 
 namespace {
 
@@ -34,16 +35,7 @@ using grpo::testing::error_of;
 
 using Rows = std::vector<std::vector<double>>;
 
-grpo::core::PluginRegistry& registry() {
-  static grpo::core::PluginRegistry* r = [] {
-    grpo::core::PluginSearchPath sp;
-    sp.explicit_dirs = {GRPO_PLUGIN_BUILD_DIR};
-    sp.use_environment = false;
-    sp.use_install_dir = false;
-    return new grpo::core::PluginRegistry(sp);
-  }();
-  return *r;
-}
+grpo::core::PluginRegistry& registry() { return grpo::testing::build_plugin_registry(); }
 
 std::shared_ptr<AdvantageEstimator> make(const std::string& name,
                                          const std::vector<std::pair<std::string, std::string>>& opts = {}) {

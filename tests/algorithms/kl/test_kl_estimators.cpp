@@ -16,6 +16,7 @@
 #include "grpo/sdk/config_view.h"
 #include "grpo/sdk/torch/kl_estimator.h"
 #include "support/error_of.h"
+#include "tests/support/build_plugins.h"
 
 namespace {
 
@@ -23,16 +24,7 @@ using grpo::sdk::ConfigError;
 using grpo::sdk::ConfigValue;
 using grpo::sdk::KlEstimator;
 
-grpo::core::PluginRegistry& registry() {
-  static grpo::core::PluginRegistry* r = [] {
-    grpo::core::PluginSearchPath sp;
-    sp.explicit_dirs = {GRPO_PLUGIN_BUILD_DIR};
-    sp.use_environment = false;
-    sp.use_install_dir = false;
-    return new grpo::core::PluginRegistry(sp);
-  }();
-  return *r;
-}
+grpo::core::PluginRegistry& registry() { return grpo::testing::build_plugin_registry(); }
 
 std::shared_ptr<KlEstimator> make(const std::string& name, const std::vector<std::pair<std::string, std::string>>& opts = {}) {
   ConfigValue node = ConfigValue::make_map();

@@ -23,6 +23,7 @@
 #include "grpo/sdk/config_view.h"
 #include "grpo/sdk/torch/policy_loss.h"
 #include "support/error_of.h"
+#include "tests/support/build_plugins.h"
 
 namespace {
 
@@ -36,16 +37,7 @@ using grpo::testing::error_of;
 constexpr double kTol = 1e-12;
 const double kInf = std::numeric_limits<double>::infinity();
 
-grpo::core::PluginRegistry& registry() {
-  static grpo::core::PluginRegistry* r = [] {
-    grpo::core::PluginSearchPath sp;
-    sp.explicit_dirs = {GRPO_PLUGIN_BUILD_DIR};
-    sp.use_environment = false;
-    sp.use_install_dir = false;
-    return new grpo::core::PluginRegistry(sp);
-  }();
-  return *r;
-}
+grpo::core::PluginRegistry& registry() { return grpo::testing::build_plugin_registry(); }
 
 using Options = std::vector<std::pair<std::string, std::string>>;
 
