@@ -39,6 +39,7 @@ AlgorithmSettings algorithm_settings(const sdk::ConfigValue& root) {
     s.mismatch.sequence_reduction = parse_sequence_reduction(mismatch.get_string("sequence_reduction", "sum"));
     s.mismatch.max = mismatch.get_double("max", s.mismatch.max);
     s.mismatch.min = mismatch.get_double("min", s.mismatch.min);
+    s.mismatch.log_ratio_clamp = mismatch.get_double("log_ratio_clamp", s.mismatch.log_ratio_clamp);
     validate(s.mismatch);
   } catch (const std::invalid_argument& e) {
     fail_at_key(mismatch_node, "algorithm.mismatch_correction", e.what());

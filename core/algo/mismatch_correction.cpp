@@ -15,21 +15,29 @@ void validate(const MismatchCorrectionOptions& o) {
     throw std::invalid_argument("mismatch_correction.log_ratio_clamp must be > 0, got " + std::to_string(o.log_ratio_clamp));
 }
 
+namespace {
+// max() of a possibly empty tensor ([0, T] batches): `empty` then.
+at::Tensor max_or(const at::Tensor& t, double empty) { return t.numel() == 0 ? at::full({}, empty, t.options()) : t.max(); }
+}  // namespace
+
 MismatchCorrection mismatch_correction(const at::Tensor& old_logp, const at::Tensor& rollout_logp,
                                        const at::Tensor& mask, const MismatchCorrectionOptions& o) {
   validate(o);
   at::NoGradGuard no_grad;
   const at::Tensor m = mask.detach().to(old_logp.scalar_type());
-  const at::Tensor in = m > 0;
   const at::Tensor zero = at::zeros_like(m);
+  const at::Tensor raw_diff = old_logp.detach() - rollout_logp.detach();
+  // A response token whose log-probs are not finite (-inf on both sides, NaN) gets weight 0
+  // instead of poisoning the loss with NaN; it still counts in the aggregation denominators.
+  const at::Tensor in = at::logical_and(m > 0, at::isfinite(raw_diff));
   // old - samp on response tokens, 0 elsewhere (the rollout log-probs of prompt/padding may be NaN).
-  const at::Tensor diff = at::where(in, old_logp.detach() - rollout_logp.detach(), zero);
+  const at::Tensor diff = at::where(in, raw_diff, zero);
   const at::Tensor n_tokens = m.sum();
   const at::Tensor abs_diff = diff.abs();
 
   MismatchCorrection out;
   out.metrics.push_back({"sampling/sampling_logp_difference/mean", abs_diff.sum() / n_tokens.clamp_min(1.0)});
-  out.metrics.push_back({"sampling/sampling_logp_difference/max", abs_diff.max()});
+  out.metrics.push_back({"sampling/sampling_logp_difference/max", max_or(abs_diff, 0.0)});
 
   const bool sequence = o.mode == MismatchMode::kSequenceTruncate || o.mode == MismatchMode::kSequenceMask;
   at::Tensor rho;
@@ -63,9 +71,9 @@ MismatchCorrection mismatch_correction(const at::Tensor& old_logp, const at::Ten
   const at::Tensor frac = affected_f.sum() / n_tokens.clamp_min(1.0);
   const at::Tensor rho_in = at::where(in, rho, zero);
   out.metrics.push_back({"sampling/importance_sampling_ratio/mean", rho_in.sum() / n_tokens.clamp_min(1.0)});
-  out.metrics.push_back({"sampling/importance_sampling_ratio/max", rho_in.max()});
+  out.metrics.push_back({"sampling/importance_sampling_ratio/max", max_or(rho_in, 1.0)});
   // min over response tokens; 1 (no mismatch) when there are none, never inf.
-  const at::Tensor rho_min = at::where(in, rho, at::full_like(rho, INFINITY)).min();
+  const at::Tensor rho_min = rho.numel() == 0 ? at::ones({}, rho.options()) : at::where(in, rho, at::full_like(rho, INFINITY)).min();
   out.metrics.push_back({"sampling/importance_sampling_ratio/min", at::where(n_tokens > 0, rho_min, at::ones_like(rho_min))});
   out.metrics.push_back({"sampling/is_weight/mean", w.sum() / n_tokens.clamp_min(1.0)});
   if (o.mode == MismatchMode::kTokenTruncate || o.mode == MismatchMode::kSequenceTruncate)

@@ -32,6 +32,7 @@ const std::vector<ConfigKeySpec>& config_schema() {
     {"algorithm.mismatch_correction.mode", ConfigType::kEnum, "none",       "Rollout/trainer log-prob mismatch correction: importance weights exp(old - rollout) that multiply the per-token loss.", mismatch_mode_names()},
     {"algorithm.mismatch_correction.max", ConfigType::kNumber, "2.0",       "Upper bound C of the importance weight (truncate: clamp to C; mask: weight 0 above C).", {}},
     {"algorithm.mismatch_correction.min", ConfigType::kNumber, "0.0",       "Lower bound of the importance weight in the mask modes (weight 0 below it).", {}},
+    {"algorithm.mismatch_correction.log_ratio_clamp", ConfigType::kNumber, "10.0", "Bound of the log-ratio before exp(): weights stay within [e^-c, e^c].", {}},
     {"algorithm.mismatch_correction.sequence_reduction", ConfigType::kEnum, "sum", "How the sequence modes combine the per-token log-ratios: `sum` (the sequence's likelihood ratio) or `mean`.", sequence_reduction_names()},
     {"rollout.backend",        ConfigType::kComponent,     "null",          "Rollout (generation) backend component.", {}},
     {"model.path",             ConfigType::kString,        "\"\"",        "Policy model: a Hugging Face folder (config.json + model.safetensors or a sharded index); `\"\"` = none. See docs/models.md.", {}},

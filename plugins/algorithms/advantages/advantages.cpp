@@ -110,6 +110,15 @@ Prepared prepare(const char* name, const AdvantageInput& in) {
   at::Tensor mask = checked_mask(name, in);
   const int64_t B = mask.size(0);
   std::vector<double> r = checked_rewards(name, in.rewards, B);
+  if (in.token_rewards.defined()) {
+    // Token rewards (e.g. with the KL penalty in the reward) replace the sequence reward by
+    // their sum over the response, as verl does for its outcome estimators
+    // (scores = token_level_rewards.sum(-1)).
+    if (in.token_rewards.sizes() != mask.sizes())
+      bad_input(name, "token_rewards must be [B, T] like the response mask, got " + shape_of(in.token_rewards));
+    const at::Tensor summed = (in.token_rewards.detach().to(at::kDouble) * mask.to(at::kDouble)).sum(1);
+    r = checked_rewards(name, summed, B);
+  }
   Groups groups = checked_groups(name, in.batch.group_ids, B);
   return {std::move(mask), B, std::move(r), std::move(groups)};
 }

@@ -32,6 +32,8 @@ using grpo::sdk::PolicyLossOutput;
 
 // verl clamps the log-ratio to [-20, 20] before exp (compute_policy_loss_vanilla).
 constexpr double kMaxLogRatio = 20.0;
+// verl compute_policy_loss_gspo: clamp(max=10.0) of the combined GSPO token log-ratio.
+constexpr double kGspoMaxLogRatio = 10.0;
 
 // ---------------------------------------------------------------------------------------
 // Option helpers
@@ -242,10 +244,13 @@ class Gspo : public PolicyLoss {
     const Prepared p = prepare(in, /*need_old=*/true);
     const at::Tensor m = p.mask.to(p.logp.scalar_type());
     const at::Tensor len = m.sum(1).clamp_min(1.0);                          // |y|, 1 for an empty row
-    // log s = sum_t((logp - old) * M) / |y|, clamped to [-20, 20] like the token log-ratios
-    // of the other losses (verl clamps the combined token log-ratio at max 10 instead).
+    // log s = sum_t((logp - old) * M) / |y| (clamped to [-20, 20] only to stay finite); then,
+    // as verl's compute_policy_loss_gspo, the combined token log-ratio is clamped at max 10:
+    // GSPO has no dual clip, so with A < 0 and a large s the unclipped branch would otherwise
+    // give gradients up to |A| e^20; above the clamp the token's gradient is 0.
     const at::Tensor seq_log_ratio = ((p.raw_log_ratio * m).sum(1) / len).clamp(-kMaxLogRatio, kMaxLogRatio);
-    const at::Tensor tok_log_ratio = p.logp - p.logp.detach() + seq_log_ratio.detach().unsqueeze(1);
+    const at::Tensor tok_log_ratio =
+        (p.logp - p.logp.detach() + seq_log_ratio.detach().unsqueeze(1)).clamp_max(kGspoMaxLogRatio);
     const at::Tensor ratio = tok_log_ratio.exp();  // value s_i on every token, d ratio / d logp = s_i
     PolicyLossOutput out;
     at::Tensor loss = clipped_surrogate(ratio, p, clip_low_, clip_high_, /*c=*/0.0, /*delta=*/0.0, &out.metrics);

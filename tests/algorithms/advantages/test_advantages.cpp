@@ -257,6 +257,17 @@ TEST(AdvantageRloo, MixedGroups) {
   expect_rows(out.advantages, broadcast({0, -2, -1.5, 2, 1.5, 0}, kMixedMask));
 }
 
+TEST(AdvantageRloo, TokenRewardsReplaceTheSequenceRewardBySum) {
+  // With KL in the reward the trainer passes token rewards; outcome estimators use their sum
+  // over the response (verl: scores = token_level_rewards.sum(-1)), padding excluded.
+  // Group {0, 1}: sums 1 - 0.1 - 0.1 = 0.8 and 0 - 0.2 = -0.2 (the 5.0 is padding).
+  // rloo, n = 2: A0 = (2*0.8 - 0.6) / 1 = 1.0, A1 = (2*(-0.2) - 0.6) / 1 = -1.0.
+  AdvantageInput in = input({123.0, -7.0}, {0, 0}, {{1, 1, 1}, {1, 1, 0}});
+  in.token_rewards = rows_tensor({{-0.1, -0.1, 1.0}, {0.0, -0.2, 5.0}});
+  AdvantageOutput out = make("rloo")->compute(in);
+  expect_rows(out.advantages, {{1.0, 1.0, 1.0}, {-1.0, -1.0, 0.0}}, 1e-9);
+}
+
 TEST(AdvantageRloo, AllEqualAndLargerGroup) {
   // {4, 4} -> 0; {1, 0, 0, 3} (n 4, sum 4): (4-4)/3 = 0, (0-4)/3 = -1.3333333, (12-4)/3 = 2.6666667
   AdvantageOutput out =

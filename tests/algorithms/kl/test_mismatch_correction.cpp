@@ -198,3 +198,26 @@ TEST(MismatchCorrection, WeightsCarryNoGradient) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(MismatchCorrection, EmptyBatchAndNonFiniteTokensGiveNoCrashAndNoNaN) {
+  MismatchCorrectionOptions o;
+  o.mode = MismatchMode::kTokenTruncate;
+  // A [0, 4] batch: no tokens, metrics at their neutral values.
+  const at::Tensor empty = at::zeros({0, 4}, at::kDouble);
+  MismatchCorrection e = mismatch_correction(empty, empty, empty, o);
+  EXPECT_EQ(e.weights.numel(), 0);
+  for (const auto& m : e.metrics) EXPECT_TRUE(std::isfinite(m.value.item<double>())) << m.name;
+  // -inf on both sides (diff NaN) and a NaN rollout log-prob on response tokens: weight 0,
+  // the finite token keeps its weight: old - samp = 0.5 -> e^0.5 (under the cap 2).
+  const at::Tensor old_logp = at::tensor({-INFINITY, -1.0, -1.0}, at::kDouble).reshape({1, 3});
+  const at::Tensor samp = at::tensor({-INFINITY, NAN, -1.5}, at::kDouble).reshape({1, 3});
+  MismatchCorrection c = mismatch_correction(old_logp, samp, at::ones({1, 3}, at::kDouble), o);
+  EXPECT_EQ(c.weights[0][0].item<double>(), 0.0);
+  EXPECT_EQ(c.weights[0][1].item<double>(), 0.0);
+  EXPECT_NEAR(c.weights[0][2].item<double>(), kE05, 1e-12);
+  for (const auto& m : c.metrics) EXPECT_TRUE(std::isfinite(m.value.item<double>())) << m.name;
+}
+
+}  // namespace

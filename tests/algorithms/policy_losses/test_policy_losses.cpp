@@ -480,6 +480,17 @@ TEST(Gspo, RatioFarOutsideAndAZero) {
   expect_tensor_near(r.grad, {{0.0}, {0.0}, {0.0}}, 0.0, "grad");
 }
 
+TEST(Gspo, NegativeAdvantageWithHugeRatioIsBoundedLikeVerl) {
+  // GSPO has no dual clip: with A = -1 the unclipped branch -A*s wins. verl clamps the token
+  // log-ratio at max 10, so s = e^15 gives loss e^10 and gradient 0 (not |A| e^15);
+  // s = e^5 is below the clamp: loss e^5, gradient d(-A*s)/dlogp = -A*s = e^5.
+  auto loss = make("gspo", {});
+  Batch b = batch({{{-0.5, std::exp(15.0), -1.0, 1}}, {{-0.5, std::exp(5.0), -1.0, 1}}});
+  LossAndGrad r = loss_and_grad(*loss, b);
+  expect_tensor_near(r.loss, {{std::exp(10.0)}, {std::exp(5.0)}}, 1e-9, "loss");
+  expect_tensor_near(r.grad, {{0.0}, {std::exp(5.0)}}, 1e-9, "grad");
+}
+
 TEST(Gspo, OptionsValidated) {
   EXPECT_NE(config_error("gspo", {{"clip_low", "-3e-4"}}).find("algorithm.policy_loss.clip_low"), std::string::npos);
   EXPECT_NE(config_error("gspo", {{"clip_high", "-4e-4"}}).find("algorithm.policy_loss.clip_high"), std::string::npos);
