@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/tokenizer/tokenizer_files.h"
+#include "tests/support/run_command.h"
 
 namespace {
 
@@ -20,22 +21,12 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
+using Result = grpo::testing::CommandResult;  // output: stdout and stderr
 
 // Runs grpo-run with `args` in `cwd`, without the caller's GRPO_PLUGIN_PATH.
 Result grpo_run(const std::string& args, const fs::path& cwd) {
-  const std::string cmd = "cd '" + cwd.string() + "' && env -u GRPO_PLUGIN_PATH '" GRPO_RUN_BINARY "' " + args + " 2>&1";
-  Result r{-1, {}};
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-  int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return grpo::testing::run_command("cd '" + cwd.string() + "' && env -u GRPO_PLUGIN_PATH '" GRPO_RUN_BINARY "' " + args +
+                                    " 2>&1");
 }
 
 class GrpoRunCli : public ::testing::Test {

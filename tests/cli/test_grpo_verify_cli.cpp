@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/run_command.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -27,13 +29,10 @@ Result grpo_verify(const std::string& args, const fs::path& cwd) {
   const fs::path err_file = cwd / "stderr.txt";
   const std::string cmd = "cd '" + cwd.string() + "' && env -u GRPO_PLUGIN_PATH '" GRPO_VERIFY_BINARY "' " + args +
                           " 2> '" + err_file.string() + "'";
+  const grpo::testing::CommandResult run = grpo::testing::run_command(cmd);
   Result r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), pipe)) r.out += buf.data();
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.exit_code = run.exit_code;
+  r.out = run.output;
   std::ifstream e(err_file);
   std::stringstream ss;
   ss << e.rdbuf();

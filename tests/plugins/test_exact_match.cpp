@@ -29,23 +29,12 @@ using json = nlohmann::json;
 
 grpo::core::PluginRegistry& registry() { return grpo::testing::build_plugin_registry(); }
 
-struct Option {
-  std::string key;
-  std::string value;
-  bool quoted = false;  // as if written "value" in YAML
-};
+using Option = grpo::testing::PluginOption;  // quoted: as if written "value" in YAML
 
-ConfigValue options(const std::vector<Option>& opts) {
-  ConfigValue node = ConfigValue::make_map();
-  for (const Option& o : opts) node.set(o.key, ConfigValue::make_scalar(o.value, {}, o.quoted));
-  return node;
-}
+ConfigValue options(const std::vector<Option>& opts) { return grpo::testing::plugin_options(opts); }
 
 std::shared_ptr<Verifier> make(const std::vector<Option>& opts = {}) {
-  ConfigValue node = options(opts);
-  std::shared_ptr<Verifier> v = registry().create_verifier("exact_match", &node, "verifiers[0]");
-  if (!v) throw std::runtime_error("create_verifier returned null");
-  return v;
+  return grpo::testing::create_component<Verifier>("exact_match", opts, "verifiers[0]");
 }
 
 VerifierResult run(const Verifier& v, const std::string& completion, const std::string& ground_truth_json) {

@@ -25,18 +25,10 @@ using grpo::sdk::VerifierInput;
 using grpo::sdk::VerifierResult;
 using json = nlohmann::json;
 
-struct Option {
-  std::string key;
-  std::string value;
-  bool quoted = false;
-};
+using Option = grpo::testing::PluginOption;
 
 std::shared_ptr<Verifier> make(const std::string& name, const std::vector<Option>& opts = {}) {
-  ConfigValue node = ConfigValue::make_map();
-  for (const Option& o : opts) node.set(o.key, ConfigValue::make_scalar(o.value, {}, o.quoted));
-  std::shared_ptr<Verifier> v = grpo::testing::build_plugin_registry().create_verifier(name, &node, "verifiers[0]");
-  if (!v) throw std::runtime_error("create_verifier returned null");
-  return v;
+  return grpo::testing::create_component<Verifier>(name, opts, "verifiers[0]");
 }
 
 VerifierResult run(const Verifier& v, const std::string& completion, const std::string& gt = "null") {

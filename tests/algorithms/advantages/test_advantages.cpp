@@ -37,14 +37,8 @@ using Rows = std::vector<std::vector<double>>;
 
 grpo::core::PluginRegistry& registry() { return grpo::testing::build_plugin_registry(); }
 
-std::shared_ptr<AdvantageEstimator> make(const std::string& name,
-                                         const std::vector<std::pair<std::string, std::string>>& opts = {}) {
-  ConfigValue node = ConfigValue::make_map();
-  node.set("name", ConfigValue::make_scalar(name, {}, false));
-  for (const auto& o : opts) node.set(o.first, ConfigValue::make_scalar(o.second, {}, false));
-  auto est = registry().create<AdvantageEstimator>(name, &node, "algorithm.advantage");
-  if (!est) throw std::runtime_error("create returned null");
-  return est;
+std::shared_ptr<AdvantageEstimator> make(const std::string& name, const std::vector<grpo::testing::PluginOption>& opts = {}) {
+  return grpo::testing::create_component<AdvantageEstimator>(name, opts, "algorithm.advantage");
 }
 
 at::Tensor rows_tensor(const Rows& rows) {

@@ -26,11 +26,8 @@ using grpo::sdk::KlEstimator;
 
 grpo::core::PluginRegistry& registry() { return grpo::testing::build_plugin_registry(); }
 
-std::shared_ptr<KlEstimator> make(const std::string& name, const std::vector<std::pair<std::string, std::string>>& opts = {}) {
-  ConfigValue node = ConfigValue::make_map();
-  node.set("name", ConfigValue::make_scalar(name, {}));
-  for (const auto& o : opts) node.set(o.first, ConfigValue::make_scalar(o.second, {}));
-  return registry().create<KlEstimator>(name, &node, "algorithm.kl_estimator");
+std::shared_ptr<KlEstimator> make(const std::string& name, const std::vector<grpo::testing::PluginOption>& opts = {}) {
+  return grpo::testing::create_component<KlEstimator>(name, opts, "algorithm.kl_estimator");
 }
 
 at::Tensor row(const std::vector<double>& v) { return at::tensor(v, at::kDouble).unsqueeze(0); }

@@ -39,16 +39,11 @@ const double kInf = std::numeric_limits<double>::infinity();
 
 grpo::core::PluginRegistry& registry() { return grpo::testing::build_plugin_registry(); }
 
-using Options = std::vector<std::pair<std::string, std::string>>;
+// "null" stands for a YAML null (`key: null`), anything else for an unquoted scalar.
+using Options = std::vector<grpo::testing::PluginOption>;
 
 std::shared_ptr<PolicyLoss> make(const std::string& name, const Options& opts = {}) {
-  ConfigValue node = ConfigValue::make_map();
-  // "null" stands for a YAML null (`key: null`), anything else for an unquoted scalar.
-  for (const auto& o : opts)
-    node.set(o.first, o.second == "null" ? ConfigValue::make_null() : ConfigValue::make_scalar(o.second, {}, false));
-  auto loss = registry().create<PolicyLoss>(name, &node, "algorithm.policy_loss");
-  if (!loss) throw std::runtime_error("create returned null");
-  return loss;
+  return grpo::testing::create_component<PolicyLoss>(name, opts, "algorithm.policy_loss");
 }
 
 std::string config_error(const std::string& name, const Options& opts) {

@@ -8,23 +8,15 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/support/run_command.h"
+
 namespace {
 
-struct Result {
-  int exit_code;
-  std::string output;
-};
+using Result = grpo::testing::CommandResult;
 
 Result grpo_run(const std::string& args) {
-  const std::string cmd = "cd '" GRPO_SOURCE_DIR "' && env -u GRPO_PLUGIN_PATH '" GRPO_RUN_BINARY "' " + args + " 2>&1";
-  Result r{-1, {}};
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return grpo::testing::run_command("cd '" GRPO_SOURCE_DIR "' && env -u GRPO_PLUGIN_PATH '" GRPO_RUN_BINARY "' " + args +
+                                    " 2>&1");
 }
 
 struct PresetCase {
