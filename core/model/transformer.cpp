@@ -1,5 +1,6 @@
 #include "core/model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -84,6 +85,50 @@ void KVCache::reset() {
   next_position_.zero_();
 }
 
+// ---- SlotKVCache --------------------------------------------------------------------------
+
+SlotKVCache::SlotKVCache(const ModelConfig& config, int64_t num_slots, int64_t capacity, torch::Dtype dtype,
+                         torch::Device device)
+    : capacity_(capacity), lengths_(static_cast<std::size_t>(std::max<int64_t>(num_slots, 0)), 0) {
+  if (num_slots <= 0 || capacity <= 0) throw std::invalid_argument("SlotKVCache: slots and capacity must be > 0");
+  auto opts = torch::TensorOptions().dtype(dtype).device(device);
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    keys_.push_back(torch::zeros({num_slots, config.num_key_value_heads, capacity, config.head_dim}, opts));
+    values_.push_back(torch::zeros({num_slots, config.num_key_value_heads, capacity, config.head_dim}, opts));
+  }
+}
+
+int64_t SlotKVCache::bytes() const {
+  int64_t total = 0;
+  for (std::size_t l = 0; l < keys_.size(); ++l) total += keys_[l].nbytes() + values_[l].nbytes();
+  return total;
+}
+
+void SlotKVCache::load_prefix(int64_t slot, const KVCache& src, int64_t src_row, int64_t length) {
+  if (slot < 0 || slot >= num_slots()) throw std::out_of_range("SlotKVCache::load_prefix: no slot " + std::to_string(slot));
+  if (src_row < 0 || src_row >= src.batch_size() || length < 0 || length > src.length() || length > capacity_)
+    throw std::out_of_range("SlotKVCache::load_prefix: row " + std::to_string(src_row) + ", " + std::to_string(length) +
+                            " tokens do not fit the source or this cache");
+  if (src.keys_.size() != keys_.size()) throw std::invalid_argument("SlotKVCache::load_prefix: layer counts differ");
+  for (std::size_t l = 0; l < keys_.size(); ++l) {
+    keys_[l][slot].narrow(1, 0, length).copy_(src.keys_[l][src_row].narrow(1, 0, length));
+    values_[l][slot].narrow(1, 0, length).copy_(src.values_[l][src_row].narrow(1, 0, length));
+  }
+  lengths_[static_cast<std::size_t>(slot)] = length;
+}
+
+void SlotKVCache::move_slot(int64_t from, int64_t to) {
+  if (from < 0 || from >= num_slots() || to < 0 || to >= num_slots())
+    throw std::out_of_range("SlotKVCache::move_slot: slot out of range");
+  if (from == to) return;
+  const int64_t length = lengths_[static_cast<std::size_t>(from)];
+  for (std::size_t l = 0; l < keys_.size(); ++l) {
+    keys_[l][to].narrow(1, 0, length).copy_(keys_[l][from].narrow(1, 0, length));
+    values_[l][to].narrow(1, 0, length).copy_(values_[l][from].narrow(1, 0, length));
+  }
+  lengths_[static_cast<std::size_t>(to)] = length;
+}
+
 // ---- modules ------------------------------------------------------------------------------
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
@@ -143,7 +188,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, int64_t layer_index)
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                     const AttentionLayout& layout, KVCache* cache) {
+                                     const AttentionLayout& layout, KVCache* cache, const SlotStep* slots) {
   const int64_t B = x.size(0), T = x.size(1);
   auto q = q_proj(x).view({B, T, num_heads_, head_dim_});
   auto k = k_proj(x).view({B, T, num_kv_heads_, head_dim_});
@@ -160,7 +205,20 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   k = apply_rotary(k, c, s);
 
   torch::Tensor out;
-  if (layout.is_packed()) {
+  if (slots) {
+    // One new token per row, written at the row's own length; the row attends to its
+    // cached tokens and itself (keys past its length belong to nobody, or to an earlier
+    // sequence of the slot).
+    const int64_t R = slots->rows, S = slots->keys;
+    auto index = slots->past.view({R, 1, 1, 1}).expand({R, num_kv_heads_, 1, head_dim_});
+    auto layer_keys = slots->cache->keys_[layer_index_].narrow(0, 0, R);
+    auto layer_values = slots->cache->values_[layer_index_].narrow(0, 0, R);
+    layer_keys.scatter_(2, index, k);
+    layer_values.scatter_(2, index, v);
+    auto kpos = torch::arange(S, torch::TensorOptions().dtype(torch::kLong).device(x.device())).view({1, S});
+    auto allowed = (kpos <= slots->past.view({R, 1})).view({R, 1, 1, S});
+    out = grouped_attention(q, layer_keys.narrow(2, 0, S), layer_values.narrow(2, 0, S), allowed, scaling_);
+  } else if (layout.is_packed()) {
     // Each sequence attends causally within itself only.
     std::vector<torch::Tensor> parts;
     parts.reserve(layout.cu_seqlens.size() - 1);
@@ -212,8 +270,8 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer_index) {
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                        const AttentionLayout& layout, KVCache* cache) {
-  auto h = x + self_attn(input_layernorm(x), cos, sin, layout, cache);
+                                        const AttentionLayout& layout, KVCache* cache, const SlotStep* slots) {
+  auto h = x + self_attn(input_layernorm(x), cos, sin, layout, cache, slots);
   return h + mlp(post_attention_layernorm(h));
 }
 
@@ -271,6 +329,37 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
 torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const AttentionLayout& layout, KVCache* cache) {
   auto h = hidden_states(input_ids, layout, cache);
   return torch::matmul(h, lm_head_weight().t());
+}
+
+torch::Tensor CausalLMImpl::decode_slots(const torch::Tensor& input_ids, SlotKVCache& cache) {
+  if (input_ids.dim() != 1) throw std::invalid_argument("decode_slots: input_ids must be [rows]");
+  if (torch::GradMode::is_enabled())
+    throw std::invalid_argument("decode_slots needs torch::NoGradGuard: the cache is written in place");
+  const int64_t R = input_ids.size(0);
+  if (R <= 0 || R > cache.num_slots())
+    throw std::invalid_argument("decode_slots: " + std::to_string(R) + " rows for a cache of " +
+                                std::to_string(cache.num_slots()) + " slots");
+  std::vector<int64_t> past(cache.lengths_.begin(), cache.lengths_.begin() + R);
+  int64_t max_past = 0;
+  for (int64_t p : past) {
+    if (p >= cache.capacity())
+      throw std::invalid_argument("decode_slots: a slot holds " + std::to_string(p) + " of " +
+                                  std::to_string(cache.capacity()) + " tokens; no room for another");
+    max_past = std::max(max_past, p);
+  }
+  SlotStep step;
+  step.cache = &cache;
+  step.rows = R;
+  step.past = torch::tensor(past, torch::kLong).to(input_ids.device());
+  step.keys = max_past + 1;
+  AttentionLayout layout;  // positions only: the slot path builds its own mask
+  layout.position_ids = step.past.view({R, 1});
+  auto [cos, sin] = rotary_.cos_sin(layout.position_ids);
+  auto h = model->embed_tokens(input_ids.view({R, 1}));
+  for (const auto& layer : *model->layers)
+    h = layer->as<DecoderLayer>()->forward(h, cos, sin, layout, nullptr, &step);
+  for (int64_t r = 0; r < R; ++r) ++cache.lengths_[static_cast<std::size_t>(r)];
+  return model->norm(h).view({R, -1});
 }
 
 AttentionLayout CausalLMImpl::decode_layout(const KVCache& cache, int64_t new_tokens, const torch::Tensor& new_mask) const {

@@ -7,7 +7,9 @@
 //            real tokens, as transformers' generate does),
 //   packed   one row holding several sequences back to back: positions restart and
 //            attention stays inside each sequence (cost sum(L_i^2), not N^2),
-//   decoding incremental steps against a KVCache (the rollout engine).
+//   decoding incremental steps against a KVCache (one shared length, padded rows), or
+//            against a SlotKVCache (one sequence per row, each with its own length: the
+//            rollout engine's continuous batching).
 //
 // Thread-safety: a CausalLM is a torch::nn::Module; concurrent forwards on one instance are
 // safe only under torch::NoGradGuard with no KVCache shared between threads.
@@ -57,6 +59,7 @@ class KVCache {
  private:
   friend class CausalLMImpl;
   friend class AttentionImpl;
+  friend class SlotKVCache;
   int64_t batch_size_;
   int64_t capacity_;
   int64_t length_ = 0;
@@ -64,6 +67,46 @@ class KVCache {
   std::vector<torch::Tensor> values_;  // per layer [B, Hkv, capacity, D]
   torch::Tensor key_mask_;             // [B, capacity] bool
   torch::Tensor next_position_;        // [B] int64
+};
+
+// The rollout engine's cache: one sequence per row ("slot"), each with its own length, so
+// sequences join and leave the decode batch independently (continuous batching). Decoding
+// runs on rows [0, rows) (CausalLMImpl::decode_slots); the engine keeps its live sequences
+// at the front with move_slot(). Inference only, like KVCache.
+class SlotKVCache {
+ public:
+  SlotKVCache(const ModelConfig& config, int64_t num_slots, int64_t capacity, torch::Dtype dtype,
+              torch::Device device = torch::kCPU);
+
+  int64_t num_slots() const { return static_cast<int64_t>(lengths_.size()); }
+  int64_t capacity() const { return capacity_; }
+  // Tokens cached in `slot` (= the rotary position its next token gets).
+  int64_t length(int64_t slot) const { return lengths_.at(static_cast<std::size_t>(slot)); }
+  // Bytes held by the key/value buffers.
+  int64_t bytes() const;
+
+  // Copies the first `length` cached tokens of row `src_row` of `src` (a prefill's cache,
+  // whose rows hold real tokens from position 0) into `slot`, replacing its contents.
+  void load_prefix(int64_t slot, const KVCache& src, int64_t src_row, int64_t length);
+  // Copies slot `from` (its `length(from)` tokens) over slot `to`; `from` keeps its data.
+  void move_slot(int64_t from, int64_t to);
+  void clear(int64_t slot) { lengths_.at(static_cast<std::size_t>(slot)) = 0; }
+
+ private:
+  friend class CausalLMImpl;
+  friend class AttentionImpl;
+  int64_t capacity_;
+  std::vector<torch::Tensor> keys_;    // per layer [slots, Hkv, capacity, D]
+  std::vector<torch::Tensor> values_;  // per layer [slots, Hkv, capacity, D]
+  std::vector<int64_t> lengths_;       // per slot
+};
+
+// One decode step of rows [0, rows) of a SlotKVCache (built by CausalLMImpl::decode_slots).
+struct SlotStep {
+  SlotKVCache* cache = nullptr;
+  int64_t rows = 0;
+  torch::Tensor past;  // [rows] int64 on the model's device: each row's cached length
+  int64_t keys = 0;    // max(past) + 1: keys the step attends over
 };
 
 class RMSNormImpl : public torch::nn::Module {
@@ -93,7 +136,7 @@ class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& config, int64_t layer_index);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const AttentionLayout& layout, KVCache* cache);
+                        const AttentionLayout& layout, KVCache* cache, const SlotStep* slots = nullptr);
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only
@@ -117,7 +160,7 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, int64_t layer_index);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const AttentionLayout& layout, KVCache* cache);
+                        const AttentionLayout& layout, KVCache* cache, const SlotStep* slots = nullptr);
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -146,6 +189,12 @@ class CausalLMImpl : public torch::nn::Module {
   // Logits [B, T, vocab] = hidden_states() followed by the LM head.
   torch::Tensor forward(const torch::Tensor& input_ids, const AttentionLayout& layout,
                         KVCache* cache = nullptr);
+
+  // One decode step of slots [0, rows) of `cache`: input_ids [rows] holds each slot's next
+  // token (rotary position = the slot's length). Returns final hidden states [rows, hidden]
+  // and appends the tokens' keys/values (each slot's length grows by one). Needs
+  // torch::NoGradGuard and room for one more token in every row.
+  torch::Tensor decode_slots(const torch::Tensor& input_ids, SlotKVCache& cache);
 
   // The LM head's weight [vocab, hidden] (the embedding matrix when tied).
   torch::Tensor lm_head_weight() const;

@@ -28,13 +28,26 @@ struct GenerationRequest {
   std::uint64_t seed = 0;
 };
 
+// kStop: a stop token (kept as the last token id) or a stop string (cut from the text);
+// kLength: max_new_tokens reached, or the model's context is full.
 enum class FinishReason : int { kStop = 0, kLength = 1 };
+
+// Seconds, measured by the backend.
+struct SampleTimings {
+  double prefill_s = 0.0;      // the prompt's prefill (shared by the request's n samples)
+  double first_token_s = 0.0;  // from the start of generate() to this sample's first token
+  double finish_s = 0.0;       // from the start of generate() to its last token
+};
 
 struct GeneratedSample {
   std::vector<std::int64_t> token_ids;
-  std::string text;
-  std::vector<float> logprobs;  // one per generated token
+  std::string text;  // decoded, special tokens skipped, cut before a matched stop string
+  // One per token id: the log-prob of the sampled token, "raw" (log_softmax of the logits,
+  // what a teacher-forced trainer forward computes) or "processed" (after temperature and
+  // truncation), as the backend documents and configures.
+  std::vector<float> logprobs;
   FinishReason finish_reason = FinishReason::kStop;
+  SampleTimings timings;
 };
 
 struct GenerationResult {
@@ -51,7 +64,11 @@ class RolloutBackend {
  public:
   virtual ~RolloutBackend() = default;
   virtual std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& requests) = 0;
+  // Hugging Face parameter names (model.layers.0.self_attn.q_proj.weight, ...).
   virtual void update_weights(const NamedTensors& weights) = 0;
+  // Scalar metrics of the last generate() and update_weights() calls (throughput, batch
+  // occupancy, stop rate, weight-sync seconds, ...); names and meaning are the backend's.
+  virtual std::vector<Metric> metrics() const { return {}; }
 };
 
 template <>

@@ -1,0 +1,332 @@
+#include "plugins/backends/native/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <memory>
+#include <stdexcept>
+
+#include "core/tokenizer/unicode.h"
+
+namespace grpo::native {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+RowSampling row_sampling(const sdk::SamplingParams& p) { return RowSampling{p.temperature, p.top_p, p.top_k, p.min_p}; }
+
+// A valid request waiting for, or holding, its prefill.
+struct Prompt {
+  std::size_t request = 0;  // index into the requests and results
+  const sdk::GenerationRequest* req = nullptr;
+  std::int64_t length = 0;
+  std::int64_t limit = 0;  // completion tokens allowed: min(max_new_tokens, max_model_len - length)
+  std::shared_ptr<core::KVCache> prefix;  // the prefill batch's cache; row prefix_row is this prompt
+  std::int64_t prefix_row = 0;
+  at::Tensor last_logits;  // [vocab] float32: the distribution of the first completion token
+  std::int64_t next_sample = 0;
+  double prefill_s = 0.0;
+};
+
+struct Sample {
+  Prompt* prompt = nullptr;
+  std::int64_t index = 0;
+  SampleStream stream;
+  sdk::GeneratedSample out;
+  std::string bytes;  // the completion's decoded bytes (special tokens skipped)
+  std::size_t cut = std::string::npos;  // where a stop string starts in `bytes`
+  bool done = false;
+  Sample(Prompt* p, std::int64_t i) : prompt(p), index(i), stream(p->req->seed, static_cast<std::uint64_t>(i)) {}
+};
+
+}  // namespace
+
+Engine::Engine(core::CausalLM model, std::optional<core::Tokenizer> tokenizer, std::vector<std::int64_t> eos_ids,
+               EngineOptions options)
+    : model_(std::move(model)), tokenizer_(std::move(tokenizer)), eos_ids_(std::move(eos_ids)), options_(options) {
+  if (!model_) throw std::invalid_argument("native engine: no model");
+  if (options_.max_num_seqs < 1) throw std::invalid_argument("max_num_seqs must be >= 1, got " + std::to_string(options_.max_num_seqs));
+  if (options_.max_num_batched_tokens < 1)
+    throw std::invalid_argument("max_num_batched_tokens must be >= 1, got " + std::to_string(options_.max_num_batched_tokens));
+  const std::int64_t model_max = model_->config().max_position_embeddings;
+  if (options_.max_model_len < 0 || options_.max_model_len > model_max)
+    throw std::invalid_argument("max_model_len must be in [1, " + std::to_string(model_max) +
+                                "] (the model's max_position_embeddings) or 0 for that bound, got " +
+                                std::to_string(options_.max_model_len));
+  max_model_len_ = options_.max_model_len > 0 ? options_.max_model_len : model_max;
+}
+
+std::string Engine::validate(const sdk::GenerationRequest& r) const {
+  const std::int64_t vocab = model_->config().vocab_size;
+  const sdk::SamplingParams& s = r.sampling;
+  if (r.prompt_ids.empty()) return "prompt_ids is empty (a prompt needs at least one token)";
+  for (std::size_t i = 0; i < r.prompt_ids.size(); ++i)
+    if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= vocab)
+      return "prompt_ids[" + std::to_string(i) + "] = " + std::to_string(r.prompt_ids[i]) +
+             " is outside the model's vocabulary [0, " + std::to_string(vocab) + ")";
+  const auto length = static_cast<std::int64_t>(r.prompt_ids.size());
+  if (length >= max_model_len_)
+    return "the prompt has " + std::to_string(length) + " tokens; max_model_len is " + std::to_string(max_model_len_) +
+           " (prompt + at least one new token)";
+  if (r.n < 1) return "n must be >= 1, got " + std::to_string(r.n);
+  if (!std::isfinite(s.temperature) || s.temperature < 0.0)
+    return "sampling.temperature must be a finite number >= 0 (0 = greedy), got " + std::to_string(s.temperature);
+  if (!(s.top_p > 0.0 && s.top_p <= 1.0)) return "sampling.top_p must be in (0, 1], got " + std::to_string(s.top_p);
+  if (s.top_k != -1 && s.top_k < 1) return "sampling.top_k must be -1 (off) or >= 1, got " + std::to_string(s.top_k);
+  if (!(s.min_p >= 0.0 && s.min_p <= 1.0)) return "sampling.min_p must be in [0, 1], got " + std::to_string(s.min_p);
+  if (s.max_new_tokens < 1) return "sampling.max_new_tokens must be >= 1, got " + std::to_string(s.max_new_tokens);
+  for (std::size_t i = 0; i < s.stop_token_ids.size(); ++i)
+    if (s.stop_token_ids[i] < 0 || s.stop_token_ids[i] >= vocab)
+      return "sampling.stop_token_ids[" + std::to_string(i) + "] = " + std::to_string(s.stop_token_ids[i]) +
+             " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
+  for (std::size_t i = 0; i < s.stop_strings.size(); ++i)
+    if (s.stop_strings[i].empty()) return "sampling.stop_strings[" + std::to_string(i) + "] is empty";
+  if (!s.stop_strings.empty() && !tokenizer_)
+    return "sampling.stop_strings needs a tokenizer, and this engine has none (no tokenizer.json)";
+  return "";
+}
+
+core::SlotKVCache& Engine::cache_for(std::int64_t capacity) {
+  if (!cache_ || cache_->capacity() < capacity || cache_->num_slots() != options_.max_num_seqs) {
+    const at::Tensor w = model_->lm_head_weight();
+    const std::int64_t grown = cache_ ? std::max(capacity, cache_->capacity()) : capacity;
+    cache_.reset();  // free the old buffers before allocating the new ones
+    cache_.emplace(model_->config(), options_.max_num_seqs, std::min(grown, max_model_len_),
+                   w.scalar_type(), w.device());
+  }
+  return *cache_;
+}
+
+std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::GenerationRequest>& requests) {
+  torch::NoGradGuard no_grad;
+  const auto t0 = Clock::now();
+  stats_ = EngineStats{};
+  stats_.max_num_seqs = options_.max_num_seqs;
+
+  std::vector<sdk::GenerationResult> results(requests.size());
+  std::vector<std::unique_ptr<Prompt>> prompts;
+  std::int64_t capacity = 1;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const sdk::GenerationRequest& r = requests[i];
+    results[i].request_id = r.id;
+    const std::string problem = validate(r);
+    if (!problem.empty()) {
+      results[i].status = sdk::Status::invalid_argument("request '" + r.id + "': " + problem);
+      ++stats_.failed_requests;
+      continue;
+    }
+    auto p = std::make_unique<Prompt>();
+    p->request = i;
+    p->req = &r;
+    p->length = static_cast<std::int64_t>(r.prompt_ids.size());
+    p->limit = std::min(r.sampling.max_new_tokens, max_model_len_ - p->length);
+    // The last completion token is never fed back, so a slot holds length + limit - 1 tokens.
+    capacity = std::max(capacity, p->length + p->limit - 1);
+    results[i].samples.resize(static_cast<std::size_t>(r.n));
+    stats_.samples += r.n;
+    prompts.push_back(std::move(p));
+  }
+  stats_.prompts = static_cast<std::int64_t>(prompts.size());
+  if (prompts.empty()) {
+    stats_.wall_s = seconds_between(t0, Clock::now());
+    return results;
+  }
+
+  core::SlotKVCache& cache = cache_for(capacity);
+  stats_.kv_cache_bytes = cache.bytes();
+  const at::Tensor lm_head = model_->lm_head_weight();
+  const at::Device device = lm_head.device();
+  const std::int64_t max_rows = options_.max_num_seqs;
+
+  std::deque<Prompt*> pending;  // not prefilled yet
+  for (auto& p : prompts) pending.push_back(p.get());
+  std::deque<Prompt*> ready;  // prefilled, samples left to start
+  std::int64_t waiting = 0;   // samples of `ready` prompts not started
+  std::vector<std::unique_ptr<Sample>> samples;
+  std::vector<Sample*> live;  // live[r] decodes in cache row r
+
+  auto finish = [&](Sample& s, sdk::FinishReason why) {
+    s.done = true;
+    s.out.finish_reason = why;
+    s.out.timings.prefill_s = s.prompt->prefill_s;
+    s.out.timings.finish_s = seconds_between(t0, Clock::now());
+    s.out.text = core::unicode::to_valid_utf8(s.cut == std::string::npos ? std::string_view(s.bytes)
+                                                                : std::string_view(s.bytes).substr(0, s.cut));
+    const auto n = static_cast<std::int64_t>(s.out.token_ids.size());
+    stats_.completion_tokens += n;
+    stats_.max_completion_tokens = std::max(stats_.max_completion_tokens, n);
+    ++(why == sdk::FinishReason::kStop ? stats_.finished_stop : stats_.finished_length);
+    results[s.prompt->request].samples[static_cast<std::size_t>(s.index)] = std::move(s.out);
+  };
+
+  auto accept = [&](Sample& s, std::int64_t token, float logprob) {
+    const sdk::GenerationRequest& r = *s.prompt->req;
+    if (s.out.token_ids.empty()) s.out.timings.first_token_s = seconds_between(t0, Clock::now());
+    s.out.token_ids.push_back(token);
+    s.out.logprobs.push_back(logprob);
+    if (tokenizer_) {
+      const std::size_t before = s.bytes.size();
+      // Ids the model has but the tokenizer does not (padded vocabularies) decode to nothing,
+      // as in Hugging Face tokenizers.
+      if (token < tokenizer_->vocab_size()) {
+        try {
+          core::DecodeOptions skip;
+          skip.skip_special_tokens = true;
+          s.bytes += tokenizer_->decode_bytes({static_cast<int>(token)}, skip);
+        } catch (const core::TokenizerError&) {
+        }
+      }
+      // A stop string may span tokens: search from where a match ending in the new bytes
+      // could start.
+      for (const std::string& stop : r.sampling.stop_strings) {
+        const std::size_t from = before >= stop.size() - 1 ? before - (stop.size() - 1) : 0;
+        const std::size_t at = s.bytes.find(stop, from);
+        if (at != std::string::npos && at < s.cut) s.cut = at;
+      }
+    }
+    const bool stop_token =
+        (!options_.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) ||
+        std::find(r.sampling.stop_token_ids.begin(), r.sampling.stop_token_ids.end(), token) != r.sampling.stop_token_ids.end();
+    if (stop_token || s.cut != std::string::npos) {
+      finish(s, sdk::FinishReason::kStop);
+    } else if (static_cast<std::int64_t>(s.out.token_ids.size()) >= s.prompt->limit) {
+      finish(s, sdk::FinishReason::kLength);
+    }
+  };
+
+  // Samples rows of `logits` [R, vocab] for `who` and feeds each its token.
+  auto sample_and_accept = [&](const at::Tensor& logits, const std::vector<Sample*>& who) {
+    const auto ts = Clock::now();
+    std::vector<RowSampling> params;
+    std::vector<double> uniforms;
+    params.reserve(who.size());
+    uniforms.reserve(who.size());
+    for (Sample* s : who) {
+      params.push_back(row_sampling(s->prompt->req->sampling));
+      uniforms.push_back(params.back().temperature > 0.0 ? s->stream.next_uniform() : 0.0);
+    }
+    const SampledTokens chosen = sample_tokens(logits, params, uniforms, options_.logprobs_mode);
+    stats_.sampling_s += seconds_between(ts, Clock::now());
+    const auto tokens = chosen.tokens.accessor<int64_t, 1>();
+    const auto logprobs = chosen.logprobs.accessor<float, 1>();
+    for (std::size_t i = 0; i < who.size(); ++i) accept(*who[i], tokens[static_cast<int64_t>(i)], logprobs[static_cast<int64_t>(i)]);
+  };
+
+  // Finished rows leave; the last live row moves into each hole so that live rows stay [0, R).
+  auto compact = [&]() {
+    for (std::int64_t r = static_cast<std::int64_t>(live.size()) - 1; r >= 0; --r) {
+      if (!live[static_cast<std::size_t>(r)]->done) continue;
+      const std::int64_t last = static_cast<std::int64_t>(live.size()) - 1;
+      if (r != last) {
+        cache.move_slot(last, r);
+        live[static_cast<std::size_t>(r)] = live.back();
+      }
+      cache.clear(last);
+      live.pop_back();
+    }
+  };
+
+  // Prefills pending prompts, as many as the token budget allows and the free rows can use.
+  auto prefill = [&](std::int64_t free_rows) {
+    std::vector<Prompt*> batch;
+    std::int64_t tokens = 0, max_len = 0, samples_ready = waiting;
+    while (!pending.empty()) {
+      Prompt* p = pending.front();
+      if (!batch.empty() && (tokens + p->length > options_.max_num_batched_tokens || samples_ready >= free_rows)) break;
+      batch.push_back(p);
+      pending.pop_front();
+      tokens += p->length;
+      samples_ready += p->req->n;
+      max_len = std::max(max_len, p->length);
+    }
+    const auto k = static_cast<std::int64_t>(batch.size());
+    std::vector<int64_t> ids(static_cast<std::size_t>(k * max_len), 0), mask(ids.size(), 0), last(batch.size());
+    for (std::int64_t i = 0; i < k; ++i) {
+      const auto& prompt = batch[static_cast<std::size_t>(i)]->req->prompt_ids;
+      std::copy(prompt.begin(), prompt.end(), ids.begin() + i * max_len);
+      std::fill_n(mask.begin() + i * max_len, prompt.size(), 1);
+      last[static_cast<std::size_t>(i)] = static_cast<int64_t>(prompt.size()) - 1;
+    }
+    const auto tp = Clock::now();
+    const at::Tensor input = torch::tensor(ids, torch::kLong).view({k, max_len}).to(device);
+    const at::Tensor attention = torch::tensor(mask, torch::kLong).view({k, max_len}).to(device);
+    auto prefix = std::make_shared<core::KVCache>(model_->config(), k, max_len, lm_head.scalar_type(), device);
+    // Right padding: every prompt's tokens sit at cache positions [0, length).
+    const at::Tensor hidden = model_->hidden_states(input, core::AttentionLayout::padded(attention), prefix.get());
+    const at::Tensor at_last = torch::tensor(last, torch::kLong).to(device).view({k, 1, 1}).expand({k, 1, hidden.size(2)});
+    const at::Tensor logits = torch::matmul(hidden.gather(1, at_last).view({k, -1}), lm_head.t()).to(torch::kFloat);
+    const double seconds = seconds_between(tp, Clock::now());
+    stats_.prefill_s += seconds;
+    stats_.prefill_tokens += tokens;
+    ++stats_.prefill_forwards;
+    for (std::int64_t i = 0; i < k; ++i) {
+      Prompt* p = batch[static_cast<std::size_t>(i)];
+      p->prefix = prefix;
+      p->prefix_row = i;
+      p->last_logits = logits[i];
+      p->prefill_s = seconds;
+      ready.push_back(p);
+      waiting += p->req->n;
+    }
+  };
+
+  // Starts waiting samples in the free rows (prefilling when none is waiting) and draws their
+  // first tokens; returns how many started.
+  auto admit = [&]() -> std::size_t {
+    std::vector<Sample*> started;
+    std::vector<at::Tensor> first_logits;
+    while (static_cast<std::int64_t>(live.size()) < max_rows) {
+      if (ready.empty()) {
+        if (pending.empty()) break;
+        prefill(max_rows - static_cast<std::int64_t>(live.size()));
+        continue;
+      }
+      Prompt* p = ready.front();
+      samples.push_back(std::make_unique<Sample>(p, p->next_sample++));
+      Sample* s = samples.back().get();
+      cache.load_prefix(static_cast<std::int64_t>(live.size()), *p->prefix, p->prefix_row, p->length);
+      live.push_back(s);
+      started.push_back(s);
+      first_logits.push_back(p->last_logits);
+      --waiting;
+      if (p->next_sample == p->req->n) {  // its prefix and logits are no longer needed
+        ready.pop_front();
+        p->prefix.reset();
+        p->last_logits = at::Tensor();
+      }
+    }
+    if (!started.empty()) {
+      const auto ts = Clock::now();
+      sample_and_accept(torch::stack(first_logits), started);
+      stats_.prefill_s += seconds_between(ts, Clock::now());
+    }
+    return started.size();
+  };
+
+  for (;;) {
+    while (admit() > 0) {
+      compact();  // samples that ended on their first token free their rows again
+      if (static_cast<std::int64_t>(live.size()) >= max_rows) break;
+    }
+    if (live.empty()) break;
+
+    const auto td = Clock::now();
+    const auto rows = static_cast<std::int64_t>(live.size());
+    std::vector<int64_t> inputs(live.size());
+    for (std::size_t r = 0; r < live.size(); ++r) inputs[r] = live[r]->out.token_ids.back();
+    const at::Tensor hidden = model_->decode_slots(torch::tensor(inputs, torch::kLong).to(device), cache);
+    sample_and_accept(torch::matmul(hidden, lm_head.t()), live);
+    stats_.decode_s += seconds_between(td, Clock::now());
+    stats_.decode_tokens += rows;
+    ++stats_.decode_steps;
+    compact();
+  }
+  stats_.wall_s = seconds_between(t0, Clock::now());
+  return results;
+}
+
+}  // namespace grpo::native

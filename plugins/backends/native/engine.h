@@ -1,0 +1,83 @@
+// The native rollout engine: continuous batching over a per-slot KV cache.
+//
+//   - a request's prompt is prefilled once (prompts batched up to max_num_batched_tokens per
+//     forward); its n samples copy that prefix into their own slots and draw their first
+//     tokens from the prompt's last logits with their own random streams;
+//   - every step decodes all live slots together, one token each; a sequence that finishes
+//     frees its slot at once and a waiting sample takes it on the next step, so the batch
+//     never waits for its longest member; live slots are kept at rows [0, live) so a step
+//     works on views of the cache, never on gathered copies;
+//   - bad requests fail alone (GenerationResult::status); the others complete.
+//
+// Thread-safety: one thread at a time per Engine (the RolloutBackend contract).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/model/transformer.h"
+#include "core/tokenizer/tokenizer.h"
+#include "grpo/sdk/torch/rollout_backend.h"
+#include "plugins/backends/native/sampler.h"
+
+namespace grpo::native {
+
+struct EngineOptions {
+  std::int64_t max_num_seqs = 32;              // decode slots (sequences decoded together)
+  std::int64_t max_num_batched_tokens = 2048;  // prompt tokens per prefill forward (a longer prompt goes alone)
+  std::int64_t max_model_len = 0;              // prompt + completion bound; 0 = max_position_embeddings
+  LogprobsMode logprobs_mode = LogprobsMode::kRaw;
+  bool ignore_eos = false;                     // true: the model's EOS ids do not stop a sample
+};
+
+// Figures of one generate() call.
+struct EngineStats {
+  std::int64_t prompts = 0, samples = 0, failed_requests = 0;
+  std::int64_t prefill_tokens = 0, prefill_forwards = 0;
+  double prefill_s = 0.0;
+  std::int64_t decode_tokens = 0, decode_steps = 0;  // decode_tokens = sum of live rows over steps
+  double decode_s = 0.0;
+  double sampling_s = 0.0;  // inside prefill_s/decode_s: logits processing and sampling
+  std::int64_t finished_stop = 0, finished_length = 0;
+  std::int64_t completion_tokens = 0, max_completion_tokens = 0;
+  double wall_s = 0.0;
+  std::int64_t max_num_seqs = 0;
+  std::int64_t kv_cache_bytes = 0;
+};
+
+class Engine {
+ public:
+  // `eos_ids` stop every sample unless options.ignore_eos. Without a tokenizer the samples'
+  // text is empty and requests with stop strings fail.
+  Engine(core::CausalLM model, std::optional<core::Tokenizer> tokenizer, std::vector<std::int64_t> eos_ids,
+         EngineOptions options);
+
+  std::vector<sdk::GenerationResult> generate(const std::vector<sdk::GenerationRequest>& requests);
+
+  const EngineStats& last_stats() const { return stats_; }
+  const EngineOptions& options() const { return options_; }
+  std::int64_t max_model_len() const { return max_model_len_; }
+  core::CausalLM& model() { return model_; }
+  const std::optional<core::Tokenizer>& tokenizer() const { return tokenizer_; }
+
+  // "" when the request is valid, else why not (names the field).
+  std::string validate(const sdk::GenerationRequest& request) const;
+
+  // Grows the slot cache when a call needs longer sequences than it holds.
+  core::SlotKVCache& cache_for(std::int64_t capacity);
+
+ private:
+  core::CausalLM model_;
+  std::optional<core::Tokenizer> tokenizer_;
+  std::vector<std::int64_t> eos_ids_;
+  EngineOptions options_;
+  std::int64_t max_model_len_;
+  std::optional<core::SlotKVCache> cache_;  // kept between calls, regrown when a call needs more
+  EngineStats stats_;
+};
+
+}  // namespace grpo::native

@@ -1,0 +1,205 @@
+// The `native` rollout backend: the in-process engine (engine.h) behind the RolloutBackend
+// interface, with weight sync from the trainer. Options (docs/rollout.md):
+//   model (required)        Hugging Face folder: config.json + safetensors (+ tokenizer.json)
+//   tokenizer               folder or tokenizer.json; default: the model folder when it has one
+//   dtype                   float32 | bfloat16
+//   device                  cpu | cuda | cuda:N
+//   max_num_seqs            decode slots (32)
+//   max_num_batched_tokens  prompt tokens per prefill forward (2048)
+//   max_model_len           prompt + completion bound (0 = max_position_embeddings)
+//   logprobs                raw | processed (what GeneratedSample::logprobs holds)
+//   ignore_eos              false: EOS ids (generation_config.json, config.json, tokenizer) stop
+//   weight_sync             auto | copy | share (update_weights: alias the trainer's tensors
+//                           when device and dtype match, or always copy, or insist on aliasing)
+#include <grpo/sdk/torch.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <optional>
+
+#include "core/model/checkpoint.h"
+#include "plugins/backends/native/engine.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using grpo::native::Engine;
+using grpo::native::EngineOptions;
+using grpo::native::LogprobsMode;
+
+enum class WeightSync { kAuto, kCopy, kShare };
+
+// EOS ids from every place a Hugging Face folder states them (vLLM does the same union).
+std::vector<std::int64_t> eos_ids_of(const grpo::core::LoadedModel& loaded, const std::optional<grpo::core::Tokenizer>& tok) {
+  std::vector<std::int64_t> ids = loaded.config.eos_token_ids;
+  if (!loaded.generation_config_json.empty()) {
+    const auto j = nlohmann::json::parse(loaded.generation_config_json, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("eos_token_id")) {
+      const auto& e = j["eos_token_id"];
+      if (e.is_number_integer()) ids.push_back(e.get<std::int64_t>());
+      if (e.is_array())
+        for (const auto& x : e)
+          if (x.is_number_integer()) ids.push_back(x.get<std::int64_t>());
+    }
+  }
+  if (tok && tok->eos_id()) ids.push_back(*tok->eos_id());
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+double to_mb(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+class NativeBackend : public grpo::sdk::RolloutBackend {
+ public:
+  explicit NativeBackend(const grpo::sdk::ConfigView& cfg) {
+    const std::string model_dir = cfg.require_string("model");
+    const std::string dtype_name = cfg.get_choice("dtype", "float32", {"float32", "bfloat16"});
+    const std::string device_name = cfg.get_string("device", "cpu");
+    EngineOptions options;
+    options.max_num_seqs = cfg.get_int("max_num_seqs", options.max_num_seqs);
+    options.max_num_batched_tokens = cfg.get_int("max_num_batched_tokens", options.max_num_batched_tokens);
+    options.max_model_len = cfg.get_int("max_model_len", 0);
+    options.logprobs_mode = cfg.get_choice("logprobs", "raw", {"raw", "processed"}) == "raw" ? LogprobsMode::kRaw
+                                                                                             : LogprobsMode::kProcessed;
+    options.ignore_eos = cfg.get_bool("ignore_eos", false);
+    const std::string sync = cfg.get_choice("weight_sync", "auto", {"auto", "copy", "share"});
+    sync_ = sync == "auto" ? WeightSync::kAuto : sync == "copy" ? WeightSync::kCopy : WeightSync::kShare;
+    if (options.max_num_seqs < 1) cfg.fail("max_num_seqs", "must be >= 1, got " + std::to_string(options.max_num_seqs));
+    if (options.max_num_batched_tokens < 1)
+      cfg.fail("max_num_batched_tokens", "must be >= 1, got " + std::to_string(options.max_num_batched_tokens));
+
+    std::optional<torch::Device> device;
+    try {
+      device.emplace(device_name);
+    } catch (const std::exception&) {
+      cfg.fail("device", "expected cpu, cuda or cuda:N, got \"" + device_name + "\"");
+    }
+    if (device->is_cuda() && !torch::cuda::is_available())
+      cfg.fail("device", "\"" + device_name + "\" asked for, but this LibTorch sees no CUDA device");
+    if (!device->is_cpu() && !device->is_cuda()) cfg.fail("device", "expected cpu, cuda or cuda:N, got \"" + device_name + "\"");
+
+    grpo::core::LoadedModel loaded;
+    try {
+      loaded = grpo::core::load_model(model_dir, dtype_name == "float32" ? torch::kFloat32 : torch::kBFloat16, *device);
+    } catch (const std::exception& e) {
+      cfg.fail("model", e.what());
+    }
+    std::optional<grpo::core::Tokenizer> tokenizer;
+    std::string tokenizer_path = cfg.get_string("tokenizer", "");
+    if (tokenizer_path.empty() && fs::exists(fs::path(model_dir) / "tokenizer.json")) tokenizer_path = model_dir;
+    if (!tokenizer_path.empty()) {
+      try {
+        tokenizer.emplace(grpo::core::Tokenizer::load(tokenizer_path));
+      } catch (const std::exception& e) {
+        cfg.fail("tokenizer", e.what());
+      }
+    } else {
+      grpo::sdk::log_warn("native rollout: " + model_dir +
+                          " has no tokenizer.json and no `tokenizer` option is set: samples carry token ids "
+                          "and log-probs but no text, and stop strings are refused");
+    }
+    auto eos = eos_ids_of(loaded, tokenizer);
+    try {
+      engine_.emplace(loaded.model, std::move(tokenizer), std::move(eos), options);
+    } catch (const std::invalid_argument& e) {
+      cfg.fail("max_model_len", e.what());
+    }
+    for (const auto& p : engine_->model()->named_parameters()) parameters_.emplace(p.key(), p.value());
+    tied_ = loaded.config.tie_word_embeddings;
+  }
+
+  std::vector<grpo::sdk::GenerationResult> generate(const std::vector<grpo::sdk::GenerationRequest>& requests) override {
+    return engine_->generate(requests);
+  }
+
+  void update_weights(const grpo::sdk::NamedTensors& weights) override {
+    torch::NoGradGuard no_grad;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::map<std::string, const at::Tensor*> given;
+    for (const auto& [name, tensor] : weights) {
+      if (tied_ && name == "lm_head.weight") continue;  // tied to model.embed_tokens.weight
+      if (!parameters_.count(name))
+        throw std::invalid_argument("update_weights: '" + name + "' is not a parameter of this " +
+                                    grpo::core::architecture_name(engine_->model()->config().architecture) + " model");
+      if (!given.emplace(name, &tensor).second) throw std::invalid_argument("update_weights: '" + name + "' given twice");
+    }
+    for (const auto& [name, param] : parameters_)
+      if (!given.count(name))
+        throw std::invalid_argument("update_weights: '" + name + "' is missing (" + std::to_string(given.size()) + " of " +
+                                    std::to_string(parameters_.size()) + " parameters given); a sync sends them all");
+    std::int64_t shared = 0, copied = 0, copied_bytes = 0;
+    for (auto& [name, param] : parameters_) {
+      const at::Tensor& src = *given.at(name);
+      if (src.sizes() != param.sizes())
+        throw std::invalid_argument("update_weights: '" + name + "' has shape " + shape(src) + ", the model needs " + shape(param));
+      const bool can_share = src.device() == param.device() && src.scalar_type() == param.scalar_type() && src.is_contiguous();
+      if (sync_ == WeightSync::kShare && !can_share)
+        throw std::invalid_argument("update_weights: weight_sync is share, but '" + name + "' is a " +
+                                    std::string(c10::toString(src.scalar_type())) + " tensor on " + src.device().str() +
+                                    " (contiguous: " + (src.is_contiguous() ? "yes" : "no") + ") and the engine holds " +
+                                    c10::toString(param.scalar_type()) + " on " + param.device().str() +
+                                    "; use weight_sync: copy or auto");
+      if (can_share && sync_ != WeightSync::kCopy) {
+        param.set_data(src.detach());  // aliases the trainer's storage: later in-place updates show through
+        ++shared;
+      } else {
+        param.copy_(src.detach());
+        ++copied;
+        copied_bytes += static_cast<std::int64_t>(param.nbytes());
+      }
+    }
+    sync_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    shared_ = shared;
+    copied_bytes_ = copied_bytes;
+    grpo::sdk::log_debug("native rollout: weight sync of " + std::to_string(parameters_.size()) + " tensors (" +
+                         std::to_string(shared) + " shared, " + std::to_string(copied) + " copied, " +
+                         std::to_string(to_mb(copied_bytes)) + " MB) in " + std::to_string(sync_s_) + " s");
+  }
+
+  std::vector<grpo::sdk::Metric> metrics() const override {
+    const auto& s = engine_->last_stats();
+    auto ratio = [](double a, double b) { return b > 0.0 ? a / b : 0.0; };
+    const auto finished = static_cast<double>(s.finished_stop + s.finished_length);
+    std::vector<grpo::sdk::Metric> out;
+    auto add = [&](const char* name, double v) { out.push_back({name, at::scalar_tensor(v, at::kDouble)}); };
+    add("rollout/prefill_tokens", static_cast<double>(s.prefill_tokens));
+    add("rollout/prefill_tokens_per_s", ratio(static_cast<double>(s.prefill_tokens), s.prefill_s));
+    add("rollout/decode_tokens", static_cast<double>(s.decode_tokens));
+    add("rollout/decode_tokens_per_s", ratio(static_cast<double>(s.decode_tokens), s.decode_s));
+    add("rollout/batch_occupancy", ratio(static_cast<double>(s.decode_tokens), static_cast<double>(s.decode_steps * s.max_num_seqs)));
+    add("rollout/stop_rate", ratio(static_cast<double>(s.finished_stop), finished));
+    add("rollout/mean_length", ratio(static_cast<double>(s.completion_tokens), finished));
+    add("rollout/max_length", static_cast<double>(s.max_completion_tokens));
+    add("rollout/failed_requests", static_cast<double>(s.failed_requests));
+    add("rollout/wall_s", s.wall_s);
+    add("rollout/kv_cache_mb", to_mb(s.kv_cache_bytes));
+    add("rollout/weight_sync_s", sync_s_);
+    add("rollout/weight_sync_shared_tensors", static_cast<double>(shared_));
+    add("rollout/weight_sync_copied_mb", to_mb(copied_bytes_));
+    return out;
+  }
+
+ private:
+  static std::string shape(const at::Tensor& t) {
+    std::string s = "[";
+    for (std::int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+    return s + "]";
+  }
+
+  std::optional<Engine> engine_;
+  std::map<std::string, at::Tensor> parameters_;
+  bool tied_ = false;
+  WeightSync sync_ = WeightSync::kAuto;
+  double sync_s_ = 0.0;
+  std::int64_t shared_ = 0, copied_bytes_ = 0;
+};
+
+}  // namespace
+
+GRPO_PLUGIN("native", "1.0.0", "In-process rollout engine: KV cache, continuous batching, sampling, weight sync") {
+  registrar.add_rollout_backend<NativeBackend>("native", "in-process engine (continuous batching over a per-slot KV cache)");
+}
