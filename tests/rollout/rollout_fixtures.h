@@ -1,5 +1,4 @@
-// The tiny reference checkpoints of tests/fixtures/models with a tokenizer (the demo
-// byte-level tokenizer plus merges, 300 ids = the models' vocabulary), and the naive
+// Engines over the tiny reference checkpoints (tests/support/rollout_models.h), and the naive
 // generation the engine is checked against.
 #pragma once
 
@@ -12,37 +11,10 @@
 
 #include "core/model/checkpoint.h"
 #include "core/tokenizer/tokenizer.h"
-#include "core/tokenizer/tokenizer_files.h"
-#include "core/util/fs.h"
 #include "plugins/backends/native/engine.h"
+#include "tests/support/rollout_models.h"
 
 namespace grpo::testing {
-
-inline std::string fixture_model_dir(const std::string& name) {
-  return std::string(GRPO_SOURCE_DIR) + "/tests/fixtures/models/" + name;
-}
-
-// tokenizer.json text with exactly 300 ids: 256 bytes, 3 specials, 41 merges.
-inline std::string rollout_tokenizer_json() {
-  std::vector<std::pair<std::string, std::string>> merges;
-  const std::string letters = "etaoinshrdlucmfwypvbgkqjxz";
-  for (char c : letters) merges.push_back({std::string(1, ' '), std::string(1, c)});  // " e", " t", ...
-  for (std::size_t i = 0; merges.size() < 41; ++i) merges.push_back({std::string(1, letters[i]), std::string(1, letters[i + 1])});
-  return core::make_byte_level_tokenizer_json(core::default_demo_special_tokens(), merges);
-}
-
-// A copy of fixture `name` with tokenizer.json beside it (made once per test program).
-inline std::string rollout_model_dir(const std::string& name) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::path(GRPO_TEST_TMP_DIR) / "rollout-models" / name;
-  if (!fs::exists(dir / "tokenizer.json")) {
-    fs::create_directories(dir);
-    for (const char* f : {"config.json", "model.safetensors"})
-      fs::copy_file(fs::path(fixture_model_dir(name)) / f, dir / f, fs::copy_options::overwrite_existing);
-    core::atomic_write_file((dir / "tokenizer.json").string(), rollout_tokenizer_json());
-  }
-  return dir.string();
-}
 
 inline native::Engine make_engine(const std::string& name, native::EngineOptions options = {}) {
   const std::string dir = rollout_model_dir(name);
