@@ -22,6 +22,20 @@ inline native::Engine make_engine(const std::string& name, native::EngineOptions
   return native::Engine(loaded.model, core::Tokenizer::load(dir), loaded.config.eos_token_ids, options);
 }
 
+// A request with the sampling fields the tests vary (temperature 0 = greedy).
+inline sdk::GenerationRequest request(const std::string& id, std::vector<std::int64_t> prompt,
+                                      std::int64_t max_new_tokens, double temperature = 0.0,
+                                      std::int64_t n = 1, std::uint64_t seed = 0) {
+  sdk::GenerationRequest r;
+  r.id = id;
+  r.prompt_ids = std::move(prompt);
+  r.n = n;
+  r.seed = seed;
+  r.sampling.temperature = temperature;
+  r.sampling.max_new_tokens = max_new_tokens;
+  return r;
+}
+
 // Greedy decoding by full recomputation: every step runs the whole sequence through the
 // model without a cache and takes the argmax of the last position.
 inline std::vector<std::int64_t> naive_greedy(core::CausalLM& model, const std::vector<std::int64_t>& prompt,

@@ -16,20 +16,9 @@ using grpo::native::EngineOptions;
 using grpo::testing::make_engine;
 using grpo::testing::mixed_prompts;
 using grpo::testing::naive_greedy;
+using grpo::testing::request;
 
 namespace {
-
-sdk::GenerationRequest request(const std::string& id, std::vector<std::int64_t> prompt, std::int64_t max_new_tokens,
-                               double temperature = 0.0, std::int64_t n = 1, std::uint64_t seed = 0) {
-  sdk::GenerationRequest r;
-  r.id = id;
-  r.prompt_ids = std::move(prompt);
-  r.n = n;
-  r.seed = seed;
-  r.sampling.temperature = temperature;
-  r.sampling.max_new_tokens = max_new_tokens;
-  return r;
-}
 
 struct GreedyCase {
   std::string model;

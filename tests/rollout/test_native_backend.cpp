@@ -15,21 +15,13 @@ using grpo::testing::create_component;
 using grpo::testing::error_of;
 using grpo::testing::naive_greedy;
 using grpo::testing::PluginOption;
+using grpo::testing::request;
 using grpo::testing::rollout_model_dir;
 
 namespace {
 
 std::shared_ptr<sdk::RolloutBackend> backend(std::vector<PluginOption> options) {
   return create_component<sdk::RolloutBackend>("native", options, "rollout.backend");
-}
-
-sdk::GenerationRequest greedy_request(std::vector<std::int64_t> prompt, std::int64_t max_new_tokens) {
-  sdk::GenerationRequest r;
-  r.id = "greedy";
-  r.prompt_ids = std::move(prompt);
-  r.sampling.temperature = 0.0;
-  r.sampling.max_new_tokens = max_new_tokens;
-  return r;
 }
 
 std::map<std::string, double> metric_map(const sdk::RolloutBackend& b) {
@@ -50,9 +42,7 @@ const std::vector<std::int64_t> kPrompt = {11, 42, 7, 199, 23, 5, 64};
 
 TEST(NativeBackend, GeneratesAndReportsMetrics) {
   auto b = backend({{"model", rollout_model_dir("qwen3"), true}, {"max_num_seqs", "4"}, {"ignore_eos", "true"}});
-  sdk::GenerationRequest r = greedy_request(kPrompt, 8);
-  r.n = 6;
-  r.sampling.temperature = 1.0;
+  const sdk::GenerationRequest r = request("sampled", kPrompt, 8, /*temperature=*/1.0, /*n=*/6);
   const auto results = b->generate({r});
   ASSERT_TRUE(results.at(0).status.is_ok());
   ASSERT_EQ(results[0].samples.size(), 6u);
@@ -106,9 +96,9 @@ TEST(NativeBackend, CopySyncTakesTheTrainersWeights) {
     torch::NoGradGuard no_grad;
     for (auto& p : trainer.model->parameters()) p.mul_(1.3);
   }
-  const auto before = b->generate({greedy_request(kPrompt, 10)})[0].samples[0].token_ids;
+  const auto before = b->generate({request("greedy", kPrompt, 10)})[0].samples[0].token_ids;
   b->update_weights(named_parameters(trainer.model));
-  const auto synced = b->generate({greedy_request(kPrompt, 10)})[0].samples[0].token_ids;
+  const auto synced = b->generate({request("greedy", kPrompt, 10)})[0].samples[0].token_ids;
   const auto expected = naive_greedy(trainer.model, kPrompt, 10, {});
   EXPECT_EQ(synced, expected);
   EXPECT_NE(before, expected) << "the scaled weights should change the greedy output";
@@ -116,7 +106,7 @@ TEST(NativeBackend, CopySyncTakesTheTrainersWeights) {
     torch::NoGradGuard no_grad;
     for (auto& p : trainer.model->parameters()) p.mul_(0.5);
   }
-  EXPECT_EQ(b->generate({greedy_request(kPrompt, 10)})[0].samples[0].token_ids, synced);
+  EXPECT_EQ(b->generate({request("greedy", kPrompt, 10)})[0].samples[0].token_ids, synced);
   const auto m = metric_map(*b);
   EXPECT_EQ(m.at("rollout/weight_sync_shared_tensors"), 0.0);
   EXPECT_GT(m.at("rollout/weight_sync_copied_mb"), 0.0);
@@ -138,7 +128,7 @@ TEST(NativeBackend, ShareSyncAliasesTheTrainersTensors) {
     for (auto& p : trainer.model->parameters()) p.mul_(1.4);
   }
   const auto expected = naive_greedy(trainer.model, kPrompt, 10, {});
-  EXPECT_EQ(b->generate({greedy_request(kPrompt, 10)})[0].samples[0].token_ids, expected);
+  EXPECT_EQ(b->generate({request("greedy", kPrompt, 10)})[0].samples[0].token_ids, expected);
 }
 
 TEST(NativeBackend, WeightSyncErrors) {
