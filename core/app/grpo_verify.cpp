@@ -12,12 +12,12 @@
 #include <sstream>
 #include <thread>
 
+#include "core/app/app_common.h"
 #include "core/config/config_loader.h"
 #include "core/plugin/plugin_registry.h"
 #include "core/runtime/components.h"
 #include "core/runtime/logging.h"
 #include "core/util/fs.h"
-#include "core/util/json_limits.h"
 #include "core/util/strings.h"
 #include "grpo/sdk/config_view.h"
 
@@ -52,7 +52,7 @@ Exit codes:
   5  some input lines were invalid (each reported in the output with its line number)
 )";
 
-constexpr int kExitOk = 0, kExitInternal = 1, kExitUsage = 2, kExitConfig = 3, kExitPlugin = 4, kExitBadInput = 5;
+constexpr int kExitOk = kAppExitOk, kExitBadInput = 5;
 
 struct Item {
   std::size_t line = 0;
@@ -70,14 +70,8 @@ Item parse_line(const std::string& text, std::size_t line) {
     item.error = what;
     return item;
   };
-  if (auto deep = json_nesting_error(text)) return bad(*deep);
   json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return bad(std::string("not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) return bad(std::string("expected a JSON object, got ") + j.type_name());
+  if (std::string problem = parse_json_object(text, j); !problem.empty()) return bad(problem);
   if (j.contains("id")) item.id = j["id"];
   const json* name = j.contains("verifier") ? &j["verifier"] : j.contains("dataset") ? &j["dataset"] : nullptr;
   if (!name || !name->is_string() || name->get<std::string>().empty())
@@ -151,30 +145,12 @@ int run(const Options& opt) {
   sources.files = opt.configs;
   sources.overrides = opt.sets;
   sdk::ConfigValue config = load_config(sources);
-  PluginSearchPath search = plugin_search_path(config, opt.configs);
-  search.explicit_dirs.insert(search.explicit_dirs.begin(), opt.plugin_paths.begin(), opt.plugin_paths.end());
-  PluginRegistry registry(search);
+  PluginRegistry registry(app_plugin_search_path(config, opt.configs, opt.plugin_paths));
   load_configured_plugins(registry, config);
 
   // Read every line first: invalid lines are reported, not fatal.
   std::vector<Item> items;
-  {
-    std::ifstream file;
-    std::istream* in = &std::cin;
-    if (opt.input != "-") {
-      file.open(opt.input, std::ios::binary);
-      if (!file) throw std::invalid_argument("cannot open --input '" + opt.input + "'");
-      in = &file;
-    }
-    std::string text;
-    std::size_t line = 0;
-    while (std::getline(*in, text)) {
-      ++line;
-      if (!text.empty() && text.back() == '\r') text.pop_back();
-      if (trim(text).empty()) continue;
-      items.push_back(parse_line(text, line));
-    }
-  }
+  for (const JsonlLine& line : read_jsonl_lines(opt.input, "--input")) items.push_back(parse_line(line.text, line.line));
 
   // One instance per verifier name: the config's entry when it names it, else the defaults.
   std::map<std::string, std::shared_ptr<sdk::Verifier>> verifiers;
@@ -270,24 +246,9 @@ int grpo_verify_main(int argc, char** argv) {
     }
     if (opt.input.empty()) throw po::error("--input is required");
   } catch (const po::error& e) {
-    std::cerr << "grpo-verify: " << e.what() << "\n(see grpo-verify --help)\n";
-    return kExitUsage;
+    return report_usage_error("grpo-verify", e.what());
   }
-  try {
-    return run(opt);
-  } catch (const sdk::ConfigError& e) {
-    std::cerr << "grpo-verify: configuration error: " << e.what() << "\n";
-    return kExitConfig;
-  } catch (const PluginError& e) {
-    std::cerr << "grpo-verify: plugin error: " << e.what() << "\n";
-    return kExitPlugin;
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "grpo-verify: " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    std::cerr << "grpo-verify: internal error: " << e.what() << "\n";
-    return kExitInternal;
-  }
+  return run_app_guarded("grpo-verify", [&] { return run(opt); });
 }
 
 }  // namespace grpo::core
