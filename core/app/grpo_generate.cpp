@@ -40,13 +40,6 @@ std::string format(const char* fmt, double a) {
   return buf;
 }
 
-// A number as the user would write it: 1.5, 0.25, 1e-05.
-std::string number_text(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -139,18 +132,11 @@ std::string render_prompt(const PromptRecord& record, const std::string& chat_te
 std::vector<std::pair<std::string, std::string>> generate_settings_problems(const GenerateSettings& s) {
   std::vector<std::pair<std::string, std::string>> out;
   const sdk::SamplingParams& p = s.sampling;
-  if (s.n < 1) out.push_back({"n", "must be >= 1, got " + std::to_string(s.n)});
-  if (!std::isfinite(p.temperature) || p.temperature < 0.0)
-    out.push_back({"temperature", "must be a finite number >= 0 (0 = greedy), got " + number_text(p.temperature)});
-  if (!(p.top_p > 0.0 && p.top_p <= 1.0)) out.push_back({"top_p", "must be in (0, 1], got " + number_text(p.top_p)});
-  if (p.top_k != -1 && p.top_k < 1) out.push_back({"top_k", "must be -1 (off) or >= 1, got " + std::to_string(p.top_k)});
-  if (!(p.min_p >= 0.0 && p.min_p <= 1.0)) out.push_back({"min_p", "must be in [0, 1], got " + number_text(p.min_p)});
-  if (p.max_new_tokens < 1) out.push_back({"max_new_tokens", "must be >= 1, got " + std::to_string(p.max_new_tokens)});
+  // The ranges every backend enforces, checked here before anything runs; the block's
+  // key for stop strings is `stop`.
+  for (const sdk::SamplingProblem& problem : sdk::sampling_problems(p, s.n))
+    out.push_back({problem.field == "stop_strings" ? "stop" : problem.field, problem.message});
   if (s.seed < 0) out.push_back({"seed", "must be >= 0, got " + std::to_string(s.seed)});
-  for (std::size_t i = 0; i < p.stop_strings.size(); ++i)
-    if (p.stop_strings[i].empty()) out.push_back({"stop", "stop string " + std::to_string(i + 1) + " is empty"});
-  for (std::int64_t id : p.stop_token_ids)
-    if (id < 0) out.push_back({"stop_token_ids", "token ids are >= 0, got " + std::to_string(id)});
   try {
     chat_template_jinja(s.chat_template);
   } catch (const TokenizerError& e) {

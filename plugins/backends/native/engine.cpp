@@ -72,19 +72,15 @@ std::string Engine::validate(const sdk::GenerationRequest& r) const {
   if (length >= max_model_len_)
     return "the prompt has " + std::to_string(length) + " tokens; max_model_len is " + std::to_string(max_model_len_) +
            " (prompt + at least one new token)";
-  if (r.n < 1) return "n must be >= 1, got " + std::to_string(r.n);
-  if (!std::isfinite(s.temperature) || s.temperature < 0.0)
-    return "sampling.temperature must be a finite number >= 0 (0 = greedy), got " + std::to_string(s.temperature);
-  if (!(s.top_p > 0.0 && s.top_p <= 1.0)) return "sampling.top_p must be in (0, 1], got " + std::to_string(s.top_p);
-  if (s.top_k != -1 && s.top_k < 1) return "sampling.top_k must be -1 (off) or >= 1, got " + std::to_string(s.top_k);
-  if (!(s.min_p >= 0.0 && s.min_p <= 1.0)) return "sampling.min_p must be in [0, 1], got " + std::to_string(s.min_p);
-  if (s.max_new_tokens < 1) return "sampling.max_new_tokens must be >= 1, got " + std::to_string(s.max_new_tokens);
+  const auto problems = sdk::sampling_problems(s, r.n);
+  if (!problems.empty()) {
+    const sdk::SamplingProblem& p = problems.front();
+    return (p.field == "n" ? std::string("n ") : "sampling." + p.field + " ") + p.message;
+  }
   for (std::size_t i = 0; i < s.stop_token_ids.size(); ++i)
     if (s.stop_token_ids[i] < 0 || s.stop_token_ids[i] >= vocab)
       return "sampling.stop_token_ids[" + std::to_string(i) + "] = " + std::to_string(s.stop_token_ids[i]) +
              " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
-  for (std::size_t i = 0; i < s.stop_strings.size(); ++i)
-    if (s.stop_strings[i].empty()) return "sampling.stop_strings[" + std::to_string(i) + "] is empty";
   if (!s.stop_strings.empty() && !tokenizer_)
     return "sampling.stop_strings needs a tokenizer, and this engine has none (no tokenizer.json)";
   return "";

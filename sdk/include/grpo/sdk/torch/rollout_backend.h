@@ -1,7 +1,9 @@
 // RolloutBackend: generates completions for prompts and receives the trainer's weights.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +32,37 @@ struct GenerationRequest {
 
 // kStop: a stop token (kept as the last token id) or a stop string (cut from the text);
 // kLength: max_new_tokens reached, or the model's context is full.
+// A sampling field out of range, e.g. {"top_p", "must be in (0, 1], got 1.5"}.
+struct SamplingProblem {
+  std::string field;  // n, temperature, top_p, top_k, min_p, max_new_tokens, stop_strings, stop_token_ids
+  std::string message;
+};
+
+// The ranges every backend enforces (and front ends check up front): n >= 1; temperature
+// finite and >= 0; top_p in (0, 1]; top_k -1 (off) or >= 1; min_p in [0, 1];
+// max_new_tokens >= 1; stop strings non-empty; stop token ids >= 0. Whether a token id is in
+// the vocabulary is the backend's to check.
+inline std::vector<SamplingProblem> sampling_problems(const SamplingParams& s, std::int64_t n) {
+  auto text = [](double v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  };
+  std::vector<SamplingProblem> out;
+  if (n < 1) out.push_back({"n", "must be >= 1, got " + std::to_string(n)});
+  if (!std::isfinite(s.temperature) || s.temperature < 0.0)
+    out.push_back({"temperature", "must be a finite number >= 0 (0 = greedy), got " + text(s.temperature)});
+  if (!(s.top_p > 0.0 && s.top_p <= 1.0)) out.push_back({"top_p", "must be in (0, 1], got " + text(s.top_p)});
+  if (s.top_k != -1 && s.top_k < 1) out.push_back({"top_k", "must be -1 (off) or >= 1, got " + std::to_string(s.top_k)});
+  if (!(s.min_p >= 0.0 && s.min_p <= 1.0)) out.push_back({"min_p", "must be in [0, 1], got " + text(s.min_p)});
+  if (s.max_new_tokens < 1) out.push_back({"max_new_tokens", "must be >= 1, got " + std::to_string(s.max_new_tokens)});
+  for (std::size_t i = 0; i < s.stop_strings.size(); ++i)
+    if (s.stop_strings[i].empty()) out.push_back({"stop_strings", "stop string " + std::to_string(i + 1) + " is empty"});
+  for (std::int64_t id : s.stop_token_ids)
+    if (id < 0) out.push_back({"stop_token_ids", "token ids are >= 0, got " + std::to_string(id)});
+  return out;
+}
+
 enum class FinishReason : int { kStop = 0, kLength = 1 };
 
 // Seconds, measured by the backend.
