@@ -25,7 +25,7 @@
 //
 //   grpo_bench_rollout [--models tiny,qwen0.5b] [--prompts 32] [--new-tokens 128]
 //                      [--min-prompt 16] [--max-prompt 64] [--max-num-seqs 32] [--seed 0]
-//                      [--large-naive-prompts 4] [--large-naive-tokens 8]
+//                      [--large-naive-prompts 8] [--large-naive-tokens 16]
 //                      [--large-batch1-prompts 32] [--large-batch1-tokens 8]
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -385,8 +385,8 @@ int main(int argc, char** argv) {
   o.max_prompt = arg(argc, argv, "--max-prompt", 64);
   o.max_num_seqs = arg(argc, argv, "--max-num-seqs", 32);
   o.seed = static_cast<uint64_t>(arg(argc, argv, "--seed", 0));
-  o.large_naive = {std::min(o.full.prompts, arg(argc, argv, "--large-naive-prompts", 4)),
-                   std::min(o.full.new_tokens, arg(argc, argv, "--large-naive-tokens", 8))};
+  o.large_naive = {std::min(o.full.prompts, arg(argc, argv, "--large-naive-prompts", 8)),
+                   std::min(o.full.new_tokens, arg(argc, argv, "--large-naive-tokens", 16))};
   o.large_batch1 = {std::min(o.full.prompts, arg(argc, argv, "--large-batch1-prompts", 32)),
                     std::min(o.full.new_tokens, arg(argc, argv, "--large-batch1-tokens", 8))};
   const char* models_flag = flag(argc, argv, "--models");

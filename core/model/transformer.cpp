@@ -27,13 +27,15 @@ torch::Tensor grouped_attention(const torch::Tensor& q, const torch::Tensor& k, 
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), S = k.size(2);
   const int64_t rep = H / Hkv;
-  auto qg = q.reshape({B, Hkv, rep, T, D});
-  auto scores = torch::matmul(qg, k.unsqueeze(2).transpose(-1, -2)) * scaling;  // [B, Hkv, rep, T, S]
+  // The rep query heads of KV head g (heads g*rep .. g*rep+rep-1, as in transformers'
+  // repeat_kv) share its keys and values: fold them into the query rows, so that K and V are
+  // read in place instead of being expanded (copied) rep times per call.
+  auto qg = q.reshape({B, Hkv, rep * T, D});
+  auto scores = (torch::matmul(qg, k.transpose(-1, -2)) * scaling).view({B, Hkv, rep, T, S});
   scores = scores.masked_fill(allowed.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
-  auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
-  auto out = torch::matmul(probs, v.unsqueeze(2));  // [B, Hkv, rep, T, D]
-  (void)S;
-  return out.reshape({B, H, T, D});
+  auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type()).view({B, Hkv, rep * T, S});
+  auto out = torch::matmul(probs, v);  // [B, Hkv, rep * T, D]
+  return out.view({B, H, T, D});
 }
 
 }  // namespace
