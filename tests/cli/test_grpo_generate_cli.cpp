@@ -391,3 +391,17 @@ TEST_F(GrpoGenerateCli, StdinAndStdoutWithDash) {
 }
 
 }  // namespace
+
+// The shipped example configuration runs as documented (flags override its block).
+TEST_F(GrpoGenerateCli, ShippedExampleConfigRuns) {
+  write("in.jsonl", "{\"prompt\": \"Hello\"}\n{\"prompt\": \"2 + 2 =\"}\n");
+  const Result r = generate("--config '" GRPO_SOURCE_DIR "/configs/generate.yaml' --input in.jsonl --output out.jsonl "
+                            "--max-new-tokens 3 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto lines = output();
+  ASSERT_EQ(lines.size(), 2u);
+  for (const auto& line : lines) {
+    ASSERT_EQ(line["completions"].size(), 4u);  // n: 4 from the file
+    for (const auto& c : line["completions"]) EXPECT_LE(ids_of(c).size(), 3u);  // the flag wins
+  }
+}
