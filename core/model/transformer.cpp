@@ -91,7 +91,9 @@ void KVCache::reset() {
 
 SlotKVCache::SlotKVCache(const ModelConfig& config, int64_t num_slots, int64_t capacity, torch::Dtype dtype,
                          torch::Device device)
-    : capacity_(capacity), lengths_(static_cast<std::size_t>(std::max<int64_t>(num_slots, 0)), 0) {
+    : capacity_(capacity),
+      lengths_(static_cast<std::size_t>(std::max<int64_t>(num_slots, 0)), 0),
+      written_(lengths_.size(), 0) {
   if (num_slots <= 0 || capacity <= 0) throw std::invalid_argument("SlotKVCache: slots and capacity must be > 0");
   auto opts = torch::TensorOptions().dtype(dtype).device(device);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
@@ -116,7 +118,18 @@ void SlotKVCache::load_prefix(int64_t slot, const KVCache& src, int64_t src_row,
     keys_[l][slot].narrow(1, 0, length).copy_(src.keys_[l][src_row].narrow(1, 0, length));
     values_[l][slot].narrow(1, 0, length).copy_(src.values_[l][src_row].narrow(1, 0, length));
   }
+  zero_tail(slot, length);
   lengths_[static_cast<std::size_t>(slot)] = length;
+}
+
+void SlotKVCache::zero_tail(int64_t slot, int64_t from) {
+  int64_t& written = written_[static_cast<std::size_t>(slot)];
+  if (written > from)
+    for (std::size_t l = 0; l < keys_.size(); ++l) {
+      keys_[l][slot].narrow(1, from, written - from).zero_();
+      values_[l][slot].narrow(1, from, written - from).zero_();
+    }
+  written = from;
 }
 
 void SlotKVCache::move_slot(int64_t from, int64_t to) {
@@ -128,6 +141,7 @@ void SlotKVCache::move_slot(int64_t from, int64_t to) {
     keys_[l][to].narrow(1, 0, length).copy_(keys_[l][from].narrow(1, 0, length));
     values_[l][to].narrow(1, 0, length).copy_(values_[l][from].narrow(1, 0, length));
   }
+  zero_tail(to, length);
   lengths_[static_cast<std::size_t>(to)] = length;
 }
 
@@ -217,9 +231,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     auto layer_values = slots->cache->values_[layer_index_].narrow(0, 0, R);
     layer_keys.scatter_(2, index, k);
     layer_values.scatter_(2, index, v);
-    auto kpos = torch::arange(S, torch::TensorOptions().dtype(torch::kLong).device(x.device())).view({1, S});
-    auto allowed = (kpos <= slots->past.view({R, 1})).view({R, 1, 1, S});
-    out = grouped_attention(q, layer_keys.narrow(2, 0, S), layer_values.narrow(2, 0, S), allowed, scaling_);
+    out = grouped_attention(q, layer_keys.narrow(2, 0, S), layer_values.narrow(2, 0, S), slots->allowed, scaling_);
   } else if (layout.is_packed()) {
     // Each sequence attends causally within itself only.
     std::vector<torch::Tensor> parts;
@@ -354,13 +366,19 @@ torch::Tensor CausalLMImpl::decode_slots(const torch::Tensor& input_ids, SlotKVC
   step.rows = R;
   step.past = torch::tensor(past, torch::kLong).to(input_ids.device());
   step.keys = max_past + 1;
+  const auto kpos = torch::arange(step.keys, torch::TensorOptions().dtype(torch::kLong).device(input_ids.device()));
+  step.allowed = (kpos.view({1, step.keys}) <= step.past.view({R, 1})).view({R, 1, 1, step.keys});
   AttentionLayout layout;  // positions only: the slot path builds its own mask
   layout.position_ids = step.past.view({R, 1});
   auto [cos, sin] = rotary_.cos_sin(layout.position_ids);
   auto h = model->embed_tokens(input_ids.view({R, 1}));
   for (const auto& layer : *model->layers)
     h = layer->as<DecoderLayer>()->forward(h, cos, sin, layout, nullptr, &step);
-  for (int64_t r = 0; r < R; ++r) ++cache.lengths_[static_cast<std::size_t>(r)];
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t length = ++cache.lengths_[static_cast<std::size_t>(r)];
+    int64_t& written = cache.written_[static_cast<std::size_t>(r)];
+    written = std::max(written, length);
+  }
   return model->norm(h).view({R, -1});
 }
 

@@ -99,6 +99,12 @@ class SlotKVCache {
   std::vector<torch::Tensor> keys_;    // per layer [slots, Hkv, capacity, D]
   std::vector<torch::Tensor> values_;  // per layer [slots, Hkv, capacity, D]
   std::vector<int64_t> lengths_;       // per slot
+  // Per slot: positions [0, written) may hold data of earlier sequences. A decode step reads
+  // values past a row's length (weighted 0), and 0 * NaN is NaN, so a new sequence zeroes what
+  // an earlier one left there: one bad step cannot poison later sequences.
+  std::vector<int64_t> written_;
+
+  void zero_tail(int64_t slot, int64_t from);
 };
 
 // One decode step of rows [0, rows) of a SlotKVCache (built by CausalLMImpl::decode_slots).
@@ -107,6 +113,7 @@ struct SlotStep {
   int64_t rows = 0;
   torch::Tensor past;  // [rows] int64 on the model's device: each row's cached length
   int64_t keys = 0;    // max(past) + 1: keys the step attends over
+  torch::Tensor allowed;  // [rows, 1, 1, keys] bool: key position <= the row's own position
 };
 
 class RMSNormImpl : public torch::nn::Module {

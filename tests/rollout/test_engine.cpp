@@ -121,8 +121,10 @@ TEST(Rollout, RawLogprobsEqualTeacherForcedLogprobs) {
     EXPECT_LT(worst, 1e-5) << name;
     const auto trainer = torch::stack(trainer_rows), rollout = torch::stack(engine_rows);
     const auto mc = core::mismatch_correction(trainer, rollout, torch::ones_like(trainer), {});
-    for (const auto& m : mc.metrics)
-      if (m.name == "sampling/sampling_logp_difference/max") EXPECT_NEAR(m.value.item<double>(), worst, 1e-7);
+    const auto metric = std::find_if(mc.metrics.begin(), mc.metrics.end(),
+                                     [](const sdk::Metric& m) { return m.name == "sampling/sampling_logp_difference/max"; });
+    ASSERT_NE(metric, mc.metrics.end());
+    EXPECT_NEAR(metric->value.item<double>(), worst, 1e-7);
   }
 }
 
@@ -369,4 +371,21 @@ TEST(Rollout, ContextBoundEndsWithLength) {
   EXPECT_EQ(s.token_ids.size(), 6u);
   EXPECT_EQ(s.finish_reason, sdk::FinishReason::kLength);
   EXPECT_THROW(make_engine("llama", [] { EngineOptions o; o.max_model_len = 257; return o; }()), std::invalid_argument);
+}
+
+// One engine, calls of growing lengths: the slot cache is regrown and the results stay those
+// of naive recomputation.
+TEST(Rollout, CacheGrowsAcrossCalls) {
+  EngineOptions options;
+  options.max_num_seqs = 3;
+  options.ignore_eos = true;
+  Engine engine = make_engine("qwen2", options);
+  for (const int length : {4, 120, 200}) {
+    const auto prompts = mixed_prompts(3, length, length + 20, 300, static_cast<std::uint64_t>(length));
+    std::vector<sdk::GenerationRequest> requests;
+    for (int i = 0; i < 3; ++i) requests.push_back(request("p" + std::to_string(i), prompts[i], 30));
+    const auto results = engine.generate(requests);
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(results[i].samples.at(0).token_ids, naive_greedy(engine.model(), prompts[i], 30, {})) << length << "/" << i;
+  }
 }

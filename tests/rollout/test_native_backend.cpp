@@ -3,12 +3,16 @@
 
 #include <grpo/sdk/torch.h>
 
+#include <cmath>
+#include <filesystem>
 #include <map>
+#include <set>
 
 #include "core/model/checkpoint.h"
 #include "tests/rollout/rollout_fixtures.h"
 #include "tests/support/build_plugins.h"
 #include "tests/support/error_of.h"
+#include "tests/support/test_dir.h"
 
 using namespace grpo;
 using grpo::testing::create_component;
@@ -69,7 +73,7 @@ TEST(NativeBackend, OptionErrorsNameTheKey) {
   const std::string dir = rollout_model_dir("qwen2");
   EXPECT_NE(error_of<std::exception>([&] { backend({}); }).find("model"), std::string::npos);
   EXPECT_NE(error_of<std::exception>([&] { backend({{"model", dir, true}, {"logprobs", "sampled", true}}); })
-                .find("rollout.backend.logprobs: expected one of raw, processed, got \"sampled\""),
+                .find("rollout.backend.logprobs: expected one of raw, scaled, processed, got \"sampled\""),
             std::string::npos);
   EXPECT_NE(error_of<std::exception>([&] { backend({{"model", dir, true}, {"device", "tpu", true}}); }).find("rollout.backend.device"),
             std::string::npos);
@@ -155,4 +159,123 @@ TEST(NativeBackend, WeightSyncErrors) {
   auto a = backend({{"model", dir, true}, {"weight_sync", "auto", true}});
   a->update_weights(bf16);
   EXPECT_EQ(metric_map(*a).at("rollout/weight_sync_shared_tensors"), 0.0);
+}
+
+// A sync that fails (here: one tensor of the wrong shape, sent with otherwise new weights)
+// changes nothing: the engine keeps generating with the weights it had.
+TEST(NativeBackend, FailedSyncLeavesTheWeightsAlone) {
+  const std::string dir = rollout_model_dir("qwen2");
+  auto b = backend({{"model", dir, true}, {"weight_sync", "copy", true}, {"ignore_eos", "true"}});
+  const auto before = b->generate({request("greedy", kPrompt, 10)})[0].samples[0].token_ids;
+  core::LoadedModel trainer = core::load_model(dir);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : trainer.model->parameters()) p.mul_(1.3);
+  }
+  auto weights = named_parameters(trainer.model);
+  auto& last = weights.back();  // checked last in any order that walks the list
+  last.second = torch::zeros({last.second.numel() + 1});
+  EXPECT_THROW(b->update_weights(weights), std::invalid_argument);
+  EXPECT_EQ(b->generate({request("greedy", kPrompt, 10)})[0].samples[0].token_ids, before);
+}
+
+// After a shared sync, a sync that must copy (other dtype) takes storage of its own instead
+// of writing into the tensors it was sharing: the trainer's parameters stay untouched.
+TEST(NativeBackend, CopyAfterShareDoesNotWriteIntoTheTrainer) {
+  const std::string dir = rollout_model_dir("qwen3");
+  auto b = backend({{"model", dir, true}, {"weight_sync", "auto", true}});
+  core::LoadedModel trainer = core::load_model(dir);
+  b->update_weights(named_parameters(trainer.model));
+  EXPECT_GT(metric_map(*b).at("rollout/weight_sync_shared_tensors"), 0.0);
+  std::vector<at::Tensor> snapshot;
+  for (auto& p : trainer.model->parameters()) snapshot.push_back(p.detach().clone());
+  sdk::NamedTensors other;
+  for (auto& [name, t] : named_parameters(trainer.model)) other.emplace_back(name, (t * 0.5).to(torch::kBFloat16));
+  b->update_weights(other);
+  EXPECT_EQ(metric_map(*b).at("rollout/weight_sync_shared_tensors"), 0.0);
+  std::size_t i = 0;
+  for (auto& p : trainer.model->parameters()) EXPECT_TRUE(torch::equal(p.detach(), snapshot[i++]));
+}
+
+// Diverged weights (NaN) make generate() throw instead of returning arbitrary tokens; after
+// good weights are synced back the engine generates exactly as before: nothing the bad step
+// left in the KV cache leaks into later sequences.
+TEST(NativeBackend, NonFiniteWeightsFailLoudlyAndLeaveNoTrace) {
+  const std::string dir = rollout_model_dir("llama");
+  auto b = backend({{"model", dir, true}, {"weight_sync", "copy", true}, {"ignore_eos", "true"}, {"max_num_seqs", "2"}});
+  const std::vector<sdk::GenerationRequest> batch = {request("a", kPrompt, 12), request("b", {9, 8, 7}, 12)};
+  const auto before = b->generate(batch);
+  core::LoadedModel good = core::load_model(dir), bad = core::load_model(dir);
+  {
+    torch::NoGradGuard no_grad;
+    bad.model->model->layers[0]->as<core::DecoderLayer>()->mlp->down_proj->weight.fill_(NAN);  // layer 1 caches NaN
+  }
+  b->update_weights(named_parameters(bad.model));
+  // The bad run leaves NaN keys/values in slot 1 up to position 30; "b" later takes slot 1
+  // with 3 tokens while "a" in slot 0 makes the step attend over 8 positions of every row.
+  const std::vector<sdk::GenerationRequest> bad_batch = {request("x", {4, 5, 6}, 12),
+                                                         request("long", std::vector<std::int64_t>(30, 17), 12)};
+  EXPECT_NE(error_of<std::runtime_error>([&] { b->generate(bad_batch); }).find("non-finite logits"), std::string::npos);
+  b->update_weights(named_parameters(good.model));
+  const auto after = b->generate(batch);
+  for (std::size_t i = 0; i < batch.size(); ++i) EXPECT_EQ(after[i].samples[0].token_ids, before[i].samples[0].token_ids);
+}
+
+// bfloat16 weights and cache: generation runs and its raw log-probs are those of a bf16
+// teacher-forced forward, to bf16 precision.
+TEST(NativeBackend, Bfloat16Generates) {
+  const std::string dir = rollout_model_dir("qwen3");
+  auto b = backend({{"model", dir, true}, {"dtype", "bfloat16", true}, {"ignore_eos", "true"}});
+  const auto s = b->generate({request("bf16", kPrompt, 8)})[0].samples.at(0);
+  ASSERT_EQ(s.token_ids.size(), 8u);
+  core::LoadedModel ref = core::load_model(dir, torch::kBFloat16);
+  torch::NoGradGuard no_grad;
+  std::vector<std::int64_t> seq = kPrompt;
+  seq.insert(seq.end(), s.token_ids.begin(), s.token_ids.end());
+  const auto ids = torch::tensor(seq, torch::kLong).view({1, -1});
+  const auto logp = torch::log_softmax(ref.model->forward(ids, core::AttentionLayout::padded(torch::ones_like(ids))).to(torch::kFloat), -1);
+  for (std::size_t t = 0; t < s.token_ids.size(); ++t) {
+    const double expected = logp[0][static_cast<int64_t>(kPrompt.size() + t - 1)][s.token_ids[t]].item<double>();
+    EXPECT_TRUE(std::isfinite(s.logprobs[t]));
+    EXPECT_NEAR(s.logprobs[t], expected, 0.05) << t;
+  }
+}
+
+// Requests without a seed get distinct streams per request and per call, so a group sent as
+// n requests of n = 1 is not n copies of one sample.
+TEST(NativeBackend, UnseededRequestsDiffer) {
+  auto b = backend({{"model", rollout_model_dir("qwen2"), true}, {"ignore_eos", "true"}});
+  std::vector<sdk::GenerationRequest> group;
+  for (int i = 0; i < 4; ++i) {
+    group.push_back(request("g" + std::to_string(i), kPrompt, 12, /*temperature=*/1.0));
+    group.back().seed.reset();
+  }
+  const auto first = b->generate(group);
+  const auto second = b->generate(group);
+  std::set<std::vector<std::int64_t>> distinct;
+  for (const auto& r : first) distinct.insert(r.samples.at(0).token_ids);
+  EXPECT_EQ(distinct.size(), 4u);
+  EXPECT_NE(first[0].samples[0].token_ids, second[0].samples[0].token_ids);
+}
+
+// A model vocabulary larger than the tokenizer's (padded embeddings, as in Qwen2.5): ids the
+// tokenizer lacks decode to nothing instead of failing the sample.
+TEST(NativeBackend, IdsBeyondTheTokenizerDecodeToNothing) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(grpo::testing::fresh_test_dir("rollout")) / "small-tokenizer";
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(fs::path(rollout_model_dir("qwen3")) / f, dir / f);
+  core::atomic_write_file((dir / "tokenizer.json").string(), core::make_byte_level_tokenizer_json());  // 259 ids
+  auto b = backend({{"model", dir.string(), true}, {"ignore_eos", "true"}});
+  const auto results = b->generate({request("wide", kPrompt, 40, /*temperature=*/1.5, /*n=*/8, /*seed=*/3)});
+  const auto tok = core::Tokenizer::load(dir.string());
+  int beyond = 0;
+  for (const auto& s : results.at(0).samples) {
+    std::vector<int> known;
+    for (auto id : s.token_ids) (id < tok.vocab_size() ? known.push_back(static_cast<int>(id)) : void(++beyond));
+    core::DecodeOptions skip;
+    skip.skip_special_tokens = true;
+    EXPECT_EQ(s.text, tok.decode(known, skip));
+  }
+  EXPECT_GT(beyond, 0) << "the samples should include ids 259..299";
 }

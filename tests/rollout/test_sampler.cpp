@@ -208,3 +208,48 @@ TEST(Sampler, StreamsAreReproducibleAndDistinct) {
   const double mean = std::accumulate(xa.begin(), xa.end(), 0.0) / xa.size();
   EXPECT_NEAR(mean, 0.5, 0.1);
 }
+
+// Tokens tied with the k-th largest logit stay (Hugging Face and vLLM keep ties): top_k 1
+// over (1, 3, 3, 0) keeps both 3s at 1/2 each, and a greedy row's processed log-prob is that
+// of a kept token, never -inf.
+TEST(Sampler, TopKKeepsTiesAtTheKthValue) {
+  const at::Tensor logits = at::tensor(std::vector<float>{1, 3, 3, 0}).view({1, 4});
+  const at::Tensor lp = processed_logprobs(logits, {RowSampling{1.0, 1.0, 1, 0.0}});
+  EXPECT_NEAR(lp[0][1].item<double>(), std::log(0.5), 1e-6);
+  EXPECT_NEAR(lp[0][2].item<double>(), std::log(0.5), 1e-6);
+  EXPECT_TRUE(std::isinf(lp[0][0].item<double>()) && std::isinf(lp[0][3].item<double>()));
+  const auto greedy = sample_tokens(logits, {RowSampling{0.0, 1.0, 1, 0.0}}, {0.0}, LogprobsMode::kProcessed);
+  EXPECT_NEAR(greedy.logprobs[0].item<double>(), std::log(0.5), 1e-6);
+}
+
+// A row with top_p = 1 keeps its whole vocabulary even when another row of the batch uses
+// top-p (float32 cumulative sums over 150k tokens reach 1 before the tail).
+TEST(Sampler, TopPOneRowsKeepEveryTokenInAMixedBatch) {
+  const int64_t V = 151936;
+  const at::Tensor row = at::randn({1, V}, at::TensorOptions().dtype(at::kFloat)) * 3;
+  const at::Tensor logits = at::cat({row, row});
+  const at::Tensor lp = processed_logprobs(logits, {RowSampling{1.0, 1.0, -1, 0.0}, RowSampling{1.0, 0.5, -1, 0.0}});
+  EXPECT_EQ(at::isinf(lp[0]).sum().item<int64_t>(), 0);
+  EXPECT_GT(at::isinf(lp[1]).sum().item<int64_t>(), V / 2);
+  EXPECT_TRUE(at::allclose(lp[0], at::log_softmax(row[0], -1), 1e-5, 1e-5));
+}
+
+// Temperatures below 1e-5 are greedy (dividing by them would overflow to inf and NaN), and
+// non-finite logits are an error, not a token.
+TEST(Sampler, TinyTemperaturesAreGreedyAndNonFiniteLogitsThrow) {
+  const at::Tensor logits = at::tensor(std::vector<float>{0.5f, 2.0f, 1.0f}).view({1, 3});
+  const auto tiny = sample_tokens(logits, {RowSampling{1e-40, 1.0, -1, 0.0}}, {0.99}, LogprobsMode::kProcessed);
+  EXPECT_EQ(tiny.tokens[0].item<int64_t>(), 1);
+  EXPECT_TRUE(std::isfinite(tiny.logprobs[0].item<double>()));
+  const at::Tensor bad = at::tensor(std::vector<float>{0.5f, NAN, 1.0f}).view({1, 3});
+  EXPECT_THROW(sample_tokens(bad, {RowSampling{}}, {0.5}, LogprobsMode::kRaw), std::runtime_error);
+}
+
+// "scaled" log-probs are log_softmax(logits / T) without truncation (verl/TRL trainers).
+TEST(Sampler, ScaledLogprobsUseTheTemperatureOnly) {
+  const at::Tensor logits = at::tensor(std::vector<float>{0.5f, 2.0f, 1.0f, -1.0f}).view({1, 4});
+  const auto s = sample_tokens(logits, {RowSampling{0.5, 0.6, 2, 0.0}}, {0.3}, LogprobsMode::kScaled);
+  const double z[4] = {1.0, 4.0, 2.0, -2.0};  // logits / 0.5
+  const double lse = std::log(std::exp(z[0]) + std::exp(z[1]) + std::exp(z[2]) + std::exp(z[3]));
+  EXPECT_NEAR(s.logprobs[0].item<double>(), z[s.tokens[0].item<int64_t>()] - lse, 1e-6);
+}

@@ -7,6 +7,8 @@
 #include <memory>
 #include <stdexcept>
 
+#include <torch/cuda.h>
+
 #include "core/tokenizer/unicode.h"
 
 namespace grpo::native {
@@ -16,6 +18,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// The stream seed of an unseeded request: distinct per (engine seed, call, request index).
+std::uint64_t derived_seed(std::uint64_t base, std::uint64_t call, std::size_t request) {
+  std::uint64_t x = base ^ 0xA0761D6478BD642FULL;
+  for (std::uint64_t v : {call, static_cast<std::uint64_t>(request)}) {
+    x ^= v + 0x9E3779B97F4A7C15ULL + (x << 6) + (x >> 2);
+    x *= 0xE7037ED1A0B428DBULL;
+  }
+  return x;
+}
 
 RowSampling row_sampling(const sdk::SamplingParams& p) { return RowSampling{p.temperature, p.top_p, p.top_k, p.min_p}; }
 
@@ -30,6 +42,7 @@ struct Prompt {
   at::Tensor last_logits;  // [vocab] float32: the distribution of the first completion token
   std::int64_t next_sample = 0;
   double prefill_s = 0.0;
+  std::uint64_t seed = 0;  // the request's, or one derived for it
 };
 
 struct Sample {
@@ -40,7 +53,7 @@ struct Sample {
   std::string bytes;  // the completion's decoded bytes (special tokens skipped)
   std::size_t cut = std::string::npos;  // where a stop string starts in `bytes`
   bool done = false;
-  Sample(Prompt* p, std::int64_t i) : prompt(p), index(i), stream(p->req->seed, static_cast<std::uint64_t>(i)) {}
+  Sample(Prompt* p, std::int64_t i) : prompt(p), index(i), stream(p->seed, static_cast<std::uint64_t>(i)) {}
 };
 
 }  // namespace
@@ -72,6 +85,8 @@ std::string Engine::validate(const sdk::GenerationRequest& r) const {
   if (length >= max_model_len_)
     return "the prompt has " + std::to_string(length) + " tokens; max_model_len is " + std::to_string(max_model_len_) +
            " (prompt + at least one new token)";
+  if (r.n > kMaxSamplesPerRequest)
+    return "n must be <= " + std::to_string(kMaxSamplesPerRequest) + ", got " + std::to_string(r.n);
   const auto problems = sdk::sampling_problems(s, r.n);
   if (!problems.empty()) {
     const sdk::SamplingProblem& p = problems.front();
@@ -89,7 +104,9 @@ std::string Engine::validate(const sdk::GenerationRequest& r) const {
 core::SlotKVCache& Engine::cache_for(std::int64_t capacity) {
   if (!cache_ || cache_->capacity() < capacity || cache_->num_slots() != options_.max_num_seqs) {
     const at::Tensor w = model_->lm_head_weight();
-    const std::int64_t grown = cache_ ? std::max(capacity, cache_->capacity()) : capacity;
+    // Round up so that calls of slowly growing lengths do not reallocate every time.
+    const std::int64_t rounded = (capacity + 255) / 256 * 256;
+    const std::int64_t grown = cache_ ? std::max(rounded, cache_->capacity()) : rounded;
     cache_.reset();  // free the old buffers before allocating the new ones
     cache_.emplace(model_->config(), options_.max_num_seqs, std::min(grown, max_model_len_),
                    w.scalar_type(), w.device());
@@ -101,6 +118,7 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
   torch::NoGradGuard no_grad;
   const auto t0 = Clock::now();
   stats_ = EngineStats{};
+  ++calls_;
   stats_.max_num_seqs = options_.max_num_seqs;
 
   std::vector<sdk::GenerationResult> results(requests.size());
@@ -120,6 +138,7 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
     p->req = &r;
     p->length = static_cast<std::int64_t>(r.prompt_ids.size());
     p->limit = std::min(r.sampling.max_new_tokens, max_model_len_ - p->length);
+    p->seed = r.seed ? *r.seed : derived_seed(options_.seed, calls_, i);
     // The last completion token is never fed back, so a slot holds length + limit - 1 tokens.
     capacity = std::max(capacity, p->length + p->limit - 1);
     results[i].samples.resize(static_cast<std::size_t>(r.n));
@@ -137,6 +156,10 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
   const at::Tensor lm_head = model_->lm_head_weight();
   const at::Device device = lm_head.device();
   const std::int64_t max_rows = options_.max_num_seqs;
+  // Kernels run asynchronously on CUDA: wait for them before reading the clock.
+  auto synchronize = [&]() {
+    if (device.is_cuda()) torch::cuda::synchronize();
+  };
 
   std::deque<Prompt*> pending;  // not prefilled yet
   for (auto& p : prompts) pending.push_back(p.get());
@@ -203,7 +226,7 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
     uniforms.reserve(who.size());
     for (Sample* s : who) {
       params.push_back(row_sampling(s->prompt->req->sampling));
-      uniforms.push_back(params.back().temperature > 0.0 ? s->stream.next_uniform() : 0.0);
+      uniforms.push_back(is_greedy(params.back().temperature) ? 0.0 : s->stream.next_uniform());
     }
     const SampledTokens chosen = sample_tokens(logits, params, uniforms, options_.logprobs_mode);
     stats_.sampling_s += seconds_between(ts, Clock::now());
@@ -232,7 +255,9 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
     std::int64_t tokens = 0, max_len = 0, samples_ready = waiting;
     while (!pending.empty()) {
       Prompt* p = pending.front();
-      if (!batch.empty() && (tokens + p->length > options_.max_num_batched_tokens || samples_ready >= free_rows)) break;
+      // The forward is right-padded: it computes (and caches) prompts x longest tokens.
+      const std::int64_t padded = static_cast<std::int64_t>(batch.size() + 1) * std::max(max_len, p->length);
+      if (!batch.empty() && (padded > options_.max_num_batched_tokens || samples_ready >= free_rows)) break;
       batch.push_back(p);
       pending.pop_front();
       tokens += p->length;
@@ -248,13 +273,28 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
       last[static_cast<std::size_t>(i)] = static_cast<int64_t>(prompt.size()) - 1;
     }
     const auto tp = Clock::now();
-    const at::Tensor input = torch::tensor(ids, torch::kLong).view({k, max_len}).to(device);
-    const at::Tensor attention = torch::tensor(mask, torch::kLong).view({k, max_len}).to(device);
-    auto prefix = std::make_shared<core::KVCache>(model_->config(), k, max_len, lm_head.scalar_type(), device);
-    // Right padding: every prompt's tokens sit at cache positions [0, length).
-    const at::Tensor hidden = model_->hidden_states(input, core::AttentionLayout::padded(attention), prefix.get());
-    const at::Tensor at_last = torch::tensor(last, torch::kLong).to(device).view({k, 1, 1}).expand({k, 1, hidden.size(2)});
-    const at::Tensor logits = torch::matmul(hidden.gather(1, at_last).view({k, -1}), lm_head.t()).to(torch::kFloat);
+    std::shared_ptr<core::KVCache> prefix;
+    at::Tensor logits;
+    try {
+      const at::Tensor input = torch::tensor(ids, torch::kLong).view({k, max_len}).to(device);
+      const at::Tensor attention = torch::tensor(mask, torch::kLong).view({k, max_len}).to(device);
+      prefix = std::make_shared<core::KVCache>(model_->config(), k, max_len, lm_head.scalar_type(), device);
+      // Right padding: every prompt's tokens sit at cache positions [0, length).
+      const at::Tensor hidden = model_->hidden_states(input, core::AttentionLayout::padded(attention), prefix.get());
+      const at::Tensor at_last = torch::tensor(last, torch::kLong).to(device).view({k, 1, 1}).expand({k, 1, hidden.size(2)});
+      logits = torch::matmul(hidden.gather(1, at_last).view({k, -1}), lm_head.t()).to(torch::kFloat);
+      synchronize();
+    } catch (const std::exception& e) {
+      // Out of memory on a long prompt, say: those requests fail, the others go on.
+      for (Prompt* p : batch) {
+        results[p->request].status =
+            sdk::Status::internal("request '" + p->req->id + "': prefill failed: " + std::string(e.what()));
+        results[p->request].samples.clear();
+        ++stats_.failed_requests;
+        stats_.samples -= p->req->n;
+      }
+      return;
+    }
     const double seconds = seconds_between(tp, Clock::now());
     stats_.prefill_s += seconds;
     stats_.prefill_tokens += tokens;
@@ -316,6 +356,7 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
     for (std::size_t r = 0; r < live.size(); ++r) inputs[r] = live[r]->out.token_ids.back();
     const at::Tensor hidden = model_->decode_slots(torch::tensor(inputs, torch::kLong).to(device), cache);
     sample_and_accept(torch::matmul(hidden, lm_head.t()), live);
+    synchronize();
     stats_.decode_s += seconds_between(td, Clock::now());
     stats_.decode_tokens += rows;
     ++stats_.decode_steps;

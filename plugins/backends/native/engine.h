@@ -7,7 +7,9 @@
 //     frees its slot at once and a waiting sample takes it on the next step, so the batch
 //     never waits for its longest member; live slots are kept at rows [0, live) so a step
 //     works on views of the cache, never on gathered copies;
-//   - bad requests fail alone (GenerationResult::status); the others complete.
+//   - bad requests fail alone (GenerationResult::status), and so do the requests of a prefill
+//     that throws (out of memory on a long prompt); the others complete. Non-finite logits
+//     (diverged weights) fail the whole call with an exception.
 //
 // Thread-safety: one thread at a time per Engine (the RolloutBackend contract).
 #pragma once
@@ -26,12 +28,17 @@
 
 namespace grpo::native {
 
+// More samples than this in one request is a mistake, not a workload (the results alone would
+// take gigabytes).
+constexpr std::int64_t kMaxSamplesPerRequest = 65536;
+
 struct EngineOptions {
   std::int64_t max_num_seqs = 32;              // decode slots (sequences decoded together)
   std::int64_t max_num_batched_tokens = 2048;  // prompt tokens per prefill forward (a longer prompt goes alone)
   std::int64_t max_model_len = 0;              // prompt + completion bound; 0 = max_position_embeddings
   LogprobsMode logprobs_mode = LogprobsMode::kRaw;
   bool ignore_eos = false;                     // true: the model's EOS ids do not stop a sample
+  std::uint64_t seed = 0;                      // base of the streams of requests without a seed
 };
 
 // Figures of one generate() call.
@@ -67,7 +74,8 @@ class Engine {
   // "" when the request is valid, else why not (names the field).
   std::string validate(const sdk::GenerationRequest& request) const;
 
-  // Grows the slot cache when a call needs longer sequences than it holds.
+  // Grows the slot cache when a call needs longer sequences than it holds (rounded up to 256
+  // tokens, capped at max_model_len); it never shrinks.
   core::SlotKVCache& cache_for(std::int64_t capacity);
 
  private:
@@ -76,6 +84,7 @@ class Engine {
   std::vector<std::int64_t> eos_ids_;
   EngineOptions options_;
   std::int64_t max_model_len_;
+  std::uint64_t calls_ = 0;  // generate() calls so far: unseeded requests differ per call
   std::optional<core::SlotKVCache> cache_;  // kept between calls, regrown when a call needs more
   EngineStats stats_;
 };

@@ -7,12 +7,14 @@
 //   max_num_seqs            decode slots (32)
 //   max_num_batched_tokens  prompt tokens per prefill forward (2048)
 //   max_model_len           prompt + completion bound (0 = max_position_embeddings)
-//   logprobs                raw | processed (what GeneratedSample::logprobs holds)
+//   logprobs                raw | scaled | processed (what GeneratedSample::logprobs holds)
+//   seed                    base of the random streams of requests that set no seed (0)
 //   ignore_eos              false: EOS ids (generation_config.json, config.json, tokenizer) stop
 //   weight_sync             auto | copy | share (update_weights: alias the trainer's tensors
 //                           when device and dtype match, or always copy, or insist on aliasing)
 #include <grpo/sdk/torch.h>
 #include <nlohmann/json.hpp>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -63,8 +65,11 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
     options.max_num_seqs = cfg.get_int("max_num_seqs", options.max_num_seqs);
     options.max_num_batched_tokens = cfg.get_int("max_num_batched_tokens", options.max_num_batched_tokens);
     options.max_model_len = cfg.get_int("max_model_len", 0);
-    options.logprobs_mode = cfg.get_choice("logprobs", "raw", {"raw", "processed"}) == "raw" ? LogprobsMode::kRaw
-                                                                                             : LogprobsMode::kProcessed;
+    const std::string logprobs = cfg.get_choice("logprobs", "raw", {"raw", "scaled", "processed"});
+    options.logprobs_mode = logprobs == "raw"      ? LogprobsMode::kRaw
+                            : logprobs == "scaled" ? LogprobsMode::kScaled
+                                                   : LogprobsMode::kProcessed;
+    options.seed = static_cast<std::uint64_t>(cfg.get_int("seed", 0));
     options.ignore_eos = cfg.get_bool("ignore_eos", false);
     const std::string sync = cfg.get_choice("weight_sync", "auto", {"auto", "copy", "share"});
     sync_ = sync == "auto" ? WeightSync::kAuto : sync == "copy" ? WeightSync::kCopy : WeightSync::kShare;
@@ -131,27 +136,40 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
       if (!given.count(name))
         throw std::invalid_argument("update_weights: '" + name + "' is missing (" + std::to_string(given.size()) + " of " +
                                     std::to_string(parameters_.size()) + " parameters given); a sync sends them all");
-    std::int64_t shared = 0, copied = 0, copied_bytes = 0;
-    for (auto& [name, param] : parameters_) {
+    // Everything is checked before anything changes: a failed sync leaves the engine as it was.
+    for (const auto& [name, param] : parameters_) {
       const at::Tensor& src = *given.at(name);
       if (src.sizes() != param.sizes())
         throw std::invalid_argument("update_weights: '" + name + "' has shape " + shape(src) + ", the model needs " + shape(param));
-      const bool can_share = src.device() == param.device() && src.scalar_type() == param.scalar_type() && src.is_contiguous();
-      if (sync_ == WeightSync::kShare && !can_share)
+      if (sync_ == WeightSync::kShare && !can_share(src, param))
         throw std::invalid_argument("update_weights: weight_sync is share, but '" + name + "' is a " +
                                     std::string(c10::toString(src.scalar_type())) + " tensor on " + src.device().str() +
                                     " (contiguous: " + (src.is_contiguous() ? "yes" : "no") + ") and the engine holds " +
                                     c10::toString(param.scalar_type()) + " on " + param.device().str() +
                                     "; use weight_sync: copy or auto");
-      if (can_share && sync_ != WeightSync::kCopy) {
+    }
+    std::int64_t shared = 0, copied = 0, copied_bytes = 0;
+    for (auto& [name, param] : parameters_) {
+      const at::Tensor& src = *given.at(name);
+      bool& aliased = aliased_[name];
+      if (can_share(src, param) && sync_ != WeightSync::kCopy) {
         param.set_data(src.detach());  // aliases the trainer's storage: later in-place updates show through
+        aliased = true;
         ++shared;
       } else {
-        param.copy_(src.detach());
+        if (aliased) {
+          // Still the storage of an earlier shared sync: copying into it would overwrite the
+          // tensor that sync came from. Take storage of our own.
+          param.set_data(src.detach().to(param.options()).clone());
+          aliased = false;
+        } else {
+          param.copy_(src.detach());
+        }
         ++copied;
         copied_bytes += static_cast<std::int64_t>(param.nbytes());
       }
     }
+    if (engine_->model()->lm_head_weight().is_cuda()) torch::cuda::synchronize();  // time the copies, not their launch
     sync_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     shared_ = shared;
     copied_bytes_ = copied_bytes;
@@ -184,6 +202,10 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
   }
 
  private:
+  static bool can_share(const at::Tensor& src, const at::Tensor& param) {
+    return src.device() == param.device() && src.scalar_type() == param.scalar_type() && src.is_contiguous();
+  }
+
   static std::string shape(const at::Tensor& t) {
     std::string s = "[";
     for (std::int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
@@ -192,6 +214,7 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
 
   std::optional<Engine> engine_;
   std::map<std::string, at::Tensor> parameters_;
+  std::map<std::string, bool> aliased_;  // parameter name -> holds a trainer tensor's storage
   bool tied_ = false;
   WeightSync sync_ = WeightSync::kAuto;
   double sync_s_ = 0.0;

@@ -2,15 +2,19 @@
 // per-sample random streams, and the log-probs the engine returns.
 //
 // Processing, in vLLM's order (docs/rollout.md):
-//   1. temperature: logits / T (greedy rows, T = 0, use T = 1 and take the argmax);
+//   1. temperature: logits / T (greedy rows, T < 1e-5 as in vLLM, use T = 1 and take the
+//      argmax);
 //   2. min-p: drop tokens whose probability is below min_p * (the top token's probability);
-//   3. top-k: keep the k highest logits (by rank; ties at the k-th rank are cut by index);
+//   3. top-k: keep the tokens whose logit reaches the k-th largest (ties at the k-th value
+//      are kept, as in Hugging Face and vLLM);
 //   4. top-p: keep the smallest set of highest-ranked tokens whose mass reaches top_p, i.e.
 //      drop a token when the tokens ranked above it already hold >= top_p of the mass
 //      (vLLM's `probs_sum <= 1 - p` on the ascending cumulative sum, the same set).
 //   "processed" log-probs = log_softmax of the result (-inf outside the kept set).
 //   "raw" log-probs = log_softmax(logits): temperature 1, no truncation, the quantity a
-//   trainer's teacher-forced forward computes.
+//   trainer's teacher-forced forward computes at temperature 1.
+//   "scaled" log-probs = log_softmax(logits / T), no truncation: what a trainer that divides
+//   its logits by the sampling temperature (verl, TRL) computes.
 //
 // Sampling draws one uniform u in [0, 1) per row from the row's own stream and takes the
 // first token whose cumulative processed probability (in float64) exceeds u * total: inverse
@@ -26,10 +30,14 @@
 
 namespace grpo::native {
 
-enum class LogprobsMode { kRaw, kProcessed };
+enum class LogprobsMode { kRaw, kScaled, kProcessed };
+
+// Temperatures below this are greedy (vLLM's _SAMPLING_EPS): dividing by them overflows.
+constexpr double kGreedyTemperature = 1e-5;
+inline bool is_greedy(double temperature) { return temperature < kGreedyTemperature; }
 
 struct RowSampling {
-  double temperature = 1.0;  // 0 = greedy
+  double temperature = 1.0;  // 0 (or < kGreedyTemperature) = greedy
   double top_p = 1.0;        // (0, 1]
   std::int64_t top_k = -1;   // -1 = off
   double min_p = 0.0;        // [0, 1]
@@ -57,7 +65,7 @@ struct SampledTokens {
 };
 
 // Chooses one token per row of logits [R, V]; uniforms[r] in [0, 1) drives row r (unused by
-// greedy rows).
+// greedy rows). Throws std::runtime_error when the logits hold NaN or inf.
 SampledTokens sample_tokens(const at::Tensor& logits, const std::vector<RowSampling>& rows,
                             const std::vector<double>& uniforms, LogprobsMode mode);
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -27,11 +28,12 @@ struct GenerationRequest {
   std::vector<std::int64_t> prompt_ids;
   std::int64_t n = 1;  // samples per prompt
   SamplingParams sampling;
-  std::uint64_t seed = 0;
+  // Sample j of the request draws from a stream of (seed, j): equal seeds give equal samples.
+  // Unset: the backend picks a seed that differs per request and per call (a trainer that
+  // sends a group as n requests of n = 1 must not get n identical samples).
+  std::optional<std::uint64_t> seed;
 };
 
-// kStop: a stop token (kept as the last token id) or a stop string (cut from the text);
-// kLength: max_new_tokens reached, or the model's context is full.
 // A sampling field out of range, e.g. {"top_p", "must be in (0, 1], got 1.5"}.
 struct SamplingProblem {
   std::string field;  // n, temperature, top_p, top_k, min_p, max_new_tokens, stop_strings, stop_token_ids
@@ -63,6 +65,8 @@ inline std::vector<SamplingProblem> sampling_problems(const SamplingParams& s, s
   return out;
 }
 
+// kStop: a stop token (kept as the last token id) or a stop string (cut from the text);
+// kLength: max_new_tokens reached, or the model's context is full.
 enum class FinishReason : int { kStop = 0, kLength = 1 };
 
 // Seconds, measured by the backend.
