@@ -538,6 +538,11 @@ int run(const Options& opt) {
                            " (grpo-generate tokenizes the prompts itself: the model folder needs a tokenizer.json, "
                            "or give one with --backend-option tokenizer=PATH)");
   }
+  for (const std::string& special : chat_template_special_tokens(settings.chat_template))
+    if (!tokenizer->token_to_id(special))
+      throw sdk::ConfigError("--chat-template " + settings.chat_template + " writes " + special + ", which " +
+                             tokenizer_path + "'s tokenizer does not have as a token (the prompt would be split "
+                             "into ordinary pieces); choose the model's template (chatml, llama3) or none");
   std::vector<std::string> token_errors;
   const std::vector<sdk::GenerationRequest> requests =
       build_generation_requests(prompts.records, *tokenizer, settings, token_errors);

@@ -81,6 +81,13 @@ std::string python_strip(std::string_view s) {
   return std::string(s.substr(b, e - b));
 }
 
+std::vector<std::string> chat_template_special_tokens(const std::string& name) {
+  chat_template_jinja(name);  // unknown names fail here, with the list
+  if (name == "chatml") return {"<|im_start|>", "<|im_end|>"};
+  if (name == "llama3") return {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+  return {};
+}
+
 std::string render_chat(const std::string& template_name, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt) {
   chat_template_jinja(template_name);  // validates the name

@@ -22,6 +22,10 @@ std::vector<std::string> chat_template_names();
 // (with "did you mean").
 const std::string& chat_template_jinja(const std::string& name);
 
+// The special tokens a named template writes (e.g. chatml: <|im_start|>, <|im_end|>): a
+// tokenizer that lacks one would split it into ordinary pieces, a silently wrong prompt.
+std::vector<std::string> chat_template_special_tokens(const std::string& name);
+
 // Renders `messages` exactly as the template's Jinja source would.
 std::string render_chat(const std::string& template_name, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt);

@@ -405,3 +405,13 @@ TEST_F(GrpoGenerateCli, ShippedExampleConfigRuns) {
     for (const auto& c : line["completions"]) EXPECT_LE(ids_of(c).size(), 3u);  // the flag wins
   }
 }
+
+// A chat template whose special tokens the tokenizer lacks would render a prompt the model
+// never saw in training: refused up front (the demo tokenizer has chatml's tokens only).
+TEST_F(GrpoGenerateCli, ChatTemplateTheTokenizerCannotEncodeIsRefused) {
+  write("in.jsonl", "{\"prompt\": \"Hello\"}\n");
+  const Result r = generate("--input in.jsonl --output out.jsonl --chat-template llama3");
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--chat-template llama3 writes <|start_header_id|>"));
+  EXPECT_FALSE(fs::exists(dir_ / "out.jsonl"));
+}
