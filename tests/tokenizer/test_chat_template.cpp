@@ -180,3 +180,21 @@ TEST(ChatTemplateJinja, RenderersEqualTheJinjaTemplates) {
 
 }  // namespace
 }  // namespace grpo::testing
+
+// The special tokens a template is said to write are the ones it writes (a front end checks
+// them against the tokenizer).
+TEST(ChatTemplate, SpecialTokensListMatchesTheRendering) {
+  using grpo::core::chat_template_special_tokens;
+  using grpo::core::ChatMessage;
+  using grpo::core::render_chat;
+  using grpo::core::TokenizerError;
+  const std::vector<ChatMessage> messages = {{"user", "hi"}, {"assistant", "ok"}};
+  for (const std::string name : {"chatml", "llama3"}) {
+    const std::string text = render_chat(name, messages, /*add_generation_prompt=*/true);
+    const auto tokens = chat_template_special_tokens(name);
+    EXPECT_FALSE(tokens.empty()) << name;
+    for (const auto& t : tokens) EXPECT_NE(text.find(t), std::string::npos) << name << " " << t;
+  }
+  EXPECT_TRUE(chat_template_special_tokens("none").empty());
+  EXPECT_THROW(chat_template_special_tokens("chatm"), TokenizerError);
+}
