@@ -7,17 +7,9 @@
 #include <vector>
 
 #include "core/model/safetensors_torch.h"
+#include "tests/support/fixture_models.h"
 
 namespace grpo::testing {
-
-inline const std::vector<std::string>& fixture_models() {
-  static const std::vector<std::string> names = {"qwen2", "qwen3", "llama"};
-  return names;
-}
-
-inline std::string fixture_dir(const std::string& name) {
-  return std::string(GRPO_SOURCE_DIR) + "/tests/fixtures/models/" + name;
-}
 
 // reference.safetensors of a fixture as a name -> tensor map.
 inline std::map<std::string, torch::Tensor> fixture_reference(const std::string& name) {

@@ -13,12 +13,9 @@
 
 #include "core/tokenizer/tokenizer_files.h"
 #include "core/util/fs.h"
+#include "tests/support/fixture_models.h"
 
 namespace grpo::testing {
-
-inline std::string fixture_model_dir(const std::string& name) {
-  return std::string(GRPO_SOURCE_DIR) + "/tests/fixtures/models/" + name;
-}
 
 // tokenizer.json text with exactly 300 ids: 256 bytes, 3 specials, 41 merges.
 inline std::string rollout_tokenizer_json() {
@@ -40,7 +37,7 @@ inline std::string rollout_model_dir(const std::string& name) {
   fs::remove_all(staging);
   fs::create_directories(staging);
   for (const char* f : {"config.json", "model.safetensors"})
-    fs::copy_file(fs::path(fixture_model_dir(name)) / f, staging / f);
+    fs::copy_file(fs::path(fixture_dir(name)) / f, staging / f);
   core::atomic_write_file((staging / "tokenizer.json").string(), rollout_tokenizer_json());
   std::error_code ec;
   fs::rename(staging, dir, ec);

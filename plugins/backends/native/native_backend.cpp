@@ -23,6 +23,7 @@
 #include <optional>
 
 #include "core/model/checkpoint.h"
+#include "core/util/strings.h"
 #include "plugins/backends/native/engine.h"
 
 namespace {
@@ -140,7 +141,8 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
     for (const auto& [name, param] : parameters_) {
       const at::Tensor& src = *given.at(name);
       if (src.sizes() != param.sizes())
-        throw std::invalid_argument("update_weights: '" + name + "' has shape " + shape(src) + ", the model needs " + shape(param));
+        throw std::invalid_argument("update_weights: '" + name + "' has shape " + grpo::core::shape_text(src.sizes().vec()) +
+                                    ", the model needs " + grpo::core::shape_text(param.sizes().vec()));
       if (sync_ == WeightSync::kShare && !can_share(src, param))
         throw std::invalid_argument("update_weights: weight_sync is share, but '" + name + "' is a " +
                                     std::string(c10::toString(src.scalar_type())) + " tensor on " + src.device().str() +
@@ -206,11 +208,7 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
     return src.device() == param.device() && src.scalar_type() == param.scalar_type() && src.is_contiguous();
   }
 
-  static std::string shape(const at::Tensor& t) {
-    std::string s = "[";
-    for (std::int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-    return s + "]";
-  }
+
 
   std::optional<Engine> engine_;
   std::map<std::string, at::Tensor> parameters_;
