@@ -18,6 +18,7 @@
 #include "core/runtime/components.h"
 #include "core/runtime/logging.h"
 #include "core/runtime/policy.h"
+#include "core/train/trainer.h"
 #include "core/util/fs.h"
 #include "core/util/strings.h"
 #include "grpo/sdk/config_view.h"
@@ -30,7 +31,7 @@ namespace {
 
 constexpr const char* kUsage = R"(Usage: grpo-run [options]
 
-Trains a policy with GRPO as the configuration says. Configuration precedence:
+Trains a policy with GRPO as the configuration says (docs/training.md). Configuration precedence:
 built-in defaults < --config files (in order; a later file wins) < --set overrides.
 Every key is documented in docs/config.md (or: grpo-run --config-reference).
 
@@ -46,7 +47,7 @@ Exit codes:
   0  success
   1  internal error (a bug; please report it with the log)
   2  bad command line
-  3  invalid configuration (the message names file, line and key)
+  3  invalid configuration or data (the message names file, line and key)
   4  plugin error (load, handshake, unknown component, factory failure)
   5  runtime error while running the job
   6  the requested job is not part of this build
@@ -61,6 +62,7 @@ struct Options {
   bool validate = false;
   bool list_plugins = false;
   bool config_reference = false;
+  bool resume = false;
 };
 
 std::string config_string(const sdk::ConfigValue& root, const char* section, const char* key) {
@@ -98,6 +100,7 @@ int run(const Options& opt) {
   sources.files = opt.configs;
   sources.overrides = opt.sets;
   if (!opt.log_level.empty()) sources.overrides.push_back("log.level=" + opt.log_level);
+  if (opt.resume) sources.overrides.push_back("run.resume=true");
   sdk::ConfigValue config = load_config(sources);
   if (!opt.plugin_paths.empty()) {
     // --plugin-path dirs are searched before plugins.paths.
@@ -112,6 +115,7 @@ int run(const Options& opt) {
     }
   }
   init_console_logging(config_string(config, "log", "level"));
+  fill_rollout_backend_defaults(config);
 
   if (opt.print_config) {
     std::cout << to_yaml(config);
@@ -133,11 +137,12 @@ int run(const Options& opt) {
 
   if (opt.validate) {
     log_blas_status();
+    // The policy's files first: their errors name model.path, not the backend option filled from it.
+    const PolicySpec policy = policy_spec(config);
+    const PolicyFiles files = check_policy_files(policy);
     load_configured_plugins(registry, config);
     RuntimeComponents components = create_components(registry, config);
     const AlgorithmSettings algorithm = algorithm_settings(config);
-    const PolicySpec policy = policy_spec(config);
-    const PolicyFiles files = check_policy_files(policy);
     std::vector<std::string> names;
     for (const auto& v : components.verifiers) names.push_back(v.key_path + "=" + v.name);
     for (const auto& c : components.others) names.push_back(c.key_path + "=" + c.name);
@@ -161,12 +166,13 @@ int run(const Options& opt) {
     add_log_file((std::filesystem::path(run_dir) / log_file).string());
   spdlog::info("run directory: {} (effective config: {})", run_dir, effective);
   log_blas_status();
+  const PolicySpec policy_config = policy_spec(config);
+  check_policy_files(policy_config);  // errors name model.path, before the backend loads it
   load_configured_plugins(registry, config);
   RuntimeComponents components = create_components(registry, config);
   spdlog::info("constructed {} verifier(s) and {} other component(s)", components.verifiers.size(),
                components.others.size());
   spdlog::info("algorithm: {}", describe(algorithm_settings(config)));
-  const PolicySpec policy_config = policy_spec(config);
   LoadedPolicy policy = load_policy(policy_config);
   if (policy.model.model) {
     int64_t parameters = 0;
@@ -177,8 +183,8 @@ int run(const Options& opt) {
   if (policy.tokenizer)
     spdlog::info("tokenizer: {} ({} ids), chat template {}", policy_config.tokenizer_path,
                  policy.tokenizer->vocab_size(), policy_config.chat_template_name);
-  spdlog::error("the GRPO training loop is not part of this build yet; use --validate to check a configuration");
-  return kExitUnavailable;
+  run_training(config, components, policy, policy_config);
+  return kExitOk;
 }
 
 }  // namespace
@@ -195,6 +201,7 @@ int grpo_run_main(int argc, char** argv) {
     ("set,s", po::value(&opt.sets)->composing(), "override a key: --set a.b.c=VALUE (VALUE is YAML); repeatable")
     ("print-config", po::bool_switch(&opt.print_config), "print the effective config as YAML and exit")
     ("validate", po::bool_switch(&opt.validate), "parse the config, load every named plugin, construct every component, then exit")
+    ("resume", po::bool_switch(&opt.resume), "continue the run in run.output_dir from its latest complete checkpoint (same as --set run.resume=true)")
     ("list-plugins", po::bool_switch(&opt.list_plugins), "list the components of every plugin on the search path")
     ("plugin-path", po::value(&opt.plugin_paths)->composing(), "a folder searched for plugins before all others; repeatable")
     ("log-level", po::value(&opt.log_level), "trace, debug, info, warn or error (same as --set log.level=...)")
@@ -229,6 +236,9 @@ int grpo_run_main(int argc, char** argv) {
   } catch (const PluginError& e) {
     spdlog::error("plugin error: {}", e.what());
     return kExitPluginError;
+  } catch (const DataError& e) {
+    spdlog::error("data error: {}", e.what());
+    return kExitConfigError;
   } catch (const std::invalid_argument& e) {
     spdlog::error("{}", e.what());
     return kExitUsage;

@@ -18,6 +18,7 @@ const std::vector<ConfigKeySpec>& config_schema() {
   static const std::vector<ConfigKeySpec> schema = {
     {"run.output_dir",         ConfigType::kString,        "\"runs/grpo\"", "Run directory: the effective configuration and the log are written here (later also metrics and checkpoints).", {}},
     {"run.seed",               ConfigType::kInt,           "1",             "Seed of the run's random number generators.", {}},
+    {"run.resume",             ConfigType::kBool,          "false",         "Continue from the latest complete checkpoint in `run.output_dir` (`grpo-run --resume`).", {}},
     {"log.level",              ConfigType::kEnum,          "info",          "Lowest severity that is logged.", {"trace", "debug", "info", "warn", "error"}},
     {"log.file",               ConfigType::kString,        "\"run.log\"",   "Log file, relative to `run.output_dir`; `\"\"` disables the file log.", {}},
     {"plugins.paths",          ConfigType::kStringList,    "[]",            "Directories searched first for `libgrpo_<name>.so`.", {}},
@@ -34,11 +35,70 @@ const std::vector<ConfigKeySpec>& config_schema() {
     {"algorithm.mismatch_correction.min", ConfigType::kNumber, "0.0",       "Lower bound of the importance weight in the mask modes (weight 0 below it).", {}},
     {"algorithm.mismatch_correction.log_ratio_clamp", ConfigType::kNumber, "10.0", "Bound of the log-ratio before exp(): weights stay within [e^-c, e^c].", {}},
     {"algorithm.mismatch_correction.sequence_reduction", ConfigType::kEnum, "sum", "How the sequence modes combine the per-token log-ratios: `sum` (the sequence's likelihood ratio) or `mean`.", sequence_reduction_names()},
-    {"rollout.backend",        ConfigType::kComponent,     "null",          "Rollout (generation) backend component.", {}},
+    {"algorithm.filter_zero_std_groups", ConfigType::kBool, "true",         "Drop groups whose rewards are all equal (zero advantage, no gradient) before packing; `other/real_batch_size_ratio` reports the share kept (open-instruct `filter_zero_std_samples`).", {}},
+    {"algorithm.active_sampling", ConfigType::kBool,       "false",         "Keep generating batches of new prompts until the step has `rollout.num_unique_prompts` groups with non-zero reward spread (DAPO dynamic sampling; needs `filter_zero_std_groups`).", {}},
+    {"algorithm.active_sampling_max_batches", ConfigType::kInt, "4",        "Bound of active sampling: at most this many generation batches per step; the step then trains on what it has (a warning says so).", {}},
+    {"rollout.backend",        ConfigType::kComponent,     "null",          "Rollout (generation) backend component. The trainer fills in the backend's `model`, `tokenizer`, `dtype` and `logprobs` (`scaled`) options from `model.*`/`tokenizer.*` when they are not given.", {}},
+    {"rollout.num_unique_prompts", ConfigType::kInt,       "16",            "Prompts per training step (open-instruct `num_unique_prompts_rollout`).", {}},
+    {"rollout.num_samples_per_prompt", ConfigType::kInt,   "8",             "Completions per prompt: the group size (open-instruct `num_samples_per_prompt_rollout`).", {}},
+    {"rollout.temperature",    ConfigType::kNumber,        "1.0",           "Sampling temperature of training rollouts; the trainer's log-probs use the same temperature.", {}},
+    {"rollout.top_p",          ConfigType::kNumber,        "1.0",           "Nucleus sampling bound in (0, 1].", {}},
+    {"rollout.top_k",          ConfigType::kInt,           "-1",            "Top-k sampling (-1 = off).", {}},
+    {"rollout.min_p",          ConfigType::kNumber,        "0.0",           "Min-p sampling (0 = off).", {}},
+    {"rollout.max_new_tokens", ConfigType::kInt,           "256",           "Response length limit (open-instruct `response_length`); also Dr.GRPO's constant denominator and the overlong shaping's limit.", {}},
+    {"rollout.max_prompt_tokens", ConfigType::kInt,        "256",           "Longest rendered prompt, in tokens; longer prompts are dropped when the data is loaded (counted in the log).", {}},
+    {"rollout.stop_strings",   ConfigType::kStringList,    "[]",            "Stop strings besides the model's EOS tokens (cut from the text).", {}},
+    {"rollout.async_steps",    ConfigType::kInt,           "1",             "Generation runs ahead of training on its own thread, at most this many policy versions behind the trainer; 0 = fully synchronous (on-policy).", {}},
+
     {"model.path",             ConfigType::kString,        "\"\"",        "Policy model: a Hugging Face folder (config.json + model.safetensors or a sharded index); `\"\"` = none. See docs/models.md.", {}},
     {"model.dtype",            ConfigType::kEnum,          "float32",       "Dtype the policy is loaded and trained in.", {"float32", "bfloat16"}},
     {"tokenizer.path",         ConfigType::kString,        "\"\"",        "Folder with tokenizer.json (+ tokenizer_config.json), or a tokenizer.json file; `\"\"` = `model.path`.", {}},
     {"tokenizer.chat_template_name", ConfigType::kEnum,    "chatml",        "Chat template prompts are rendered with: `chatml` (Qwen), `llama3`, `none` (plain text). See docs/tokenizer.md.", chat_template_names()},
+    {"data.train",             ConfigType::kDataSources,   "[]",            "Training data: JSONL files, each a path or `{path: P, weight: W}` (W x the file's rows, open-instruct's fraction; > 1 repeats rows) or `{path: P, count: N}`. See docs/training.md#data.", {}},
+    {"data.eval",              ConfigType::kDataSources,   "[]",            "Evaluation split, same forms as `data.train`; `[]` = no evaluation.", {}},
+    {"data.format",            ConfigType::kEnum,          "auto",          "Column convention of the rows: `open_instruct` (`messages`, `ground_truth`, `dataset`), `trl` (`prompt`, every other column to the verifiers), `verl` (`prompt`, `data_source`, `reward_model.ground_truth`), or `auto` (per row, by the columns present).", {"auto", "open_instruct", "trl", "verl"}},
+    {"data.prompt_column",     ConfigType::kString,        "\"\"",        "Column holding the prompt (a string or a chat list); `\"\"` = the format's own (`messages` or `prompt`). A dotted path reaches into objects.", {}},
+    {"data.ground_truth_column", ConfigType::kString,      "\"\"",        "Column holding the ground truth; `\"\"` = the format's own (`ground_truth`, `reward_model.ground_truth`).", {}},
+    {"data.dataset_column",    ConfigType::kString,        "\"\"",        "Column naming the verifier of a row (a string, or a list aligned with a list of ground truths); `\"\"` = the format's own (`dataset`, `data_source`). A row without it is scored by every verifier.", {}},
+    {"data.skip_bad_rows",     ConfigType::kBool,          "false",         "A malformed row is a counted warning instead of an error naming file and line.", {}},
+    {"data.shuffle",           ConfigType::kBool,          "true",          "Shuffle the training rows each epoch (seeded by `run.seed` and the epoch).", {}},
+    {"reward.verification_reward", ConfigType::kNumber,    "10.0",          "A verifier's score in [0, 1] is multiplied by this and by the verifier's `weight`; the scores of several verifiers on one sample add up (open-instruct).", {}},
+    {"reward.format_verifier", ConfigType::kString,        "\"\"",        "Name of a configured verifier that judges the format (e.g. `format`); its score gates or adds to the other verifiers' reward, see `reward.format_mode`. `\"\"` = none.", {}},
+    {"reward.format_mode",     ConfigType::kEnum,          "gate",          "`gate`: the reward counts only when the format verifier scores >= 0.5 (open-instruct's default); `additive`: its weighted score is added.", {"gate", "additive"}},
+    {"reward.non_stop_penalty", ConfigType::kBool,         "false",         "A completion cut at the length limit gets `reward.non_stop_penalty_value` instead of its reward.", {}},
+    {"reward.non_stop_penalty_value", ConfigType::kNumber, "0.0",           "The reward of a completion that did not stop, with `reward.non_stop_penalty`.", {}},
+    {"reward.overlong_buffer", ConfigType::kInt,           "0",             "DAPO overlong shaping: responses longer than `max_new_tokens - buffer` lose up to `overlong_penalty_factor` linearly; 0 = off.", {}},
+    {"reward.overlong_penalty_factor", ConfigType::kNumber, "1.0",          "Largest overlong penalty (reached at `max_new_tokens`).", {}},
+    {"reward.mask_truncated_completions", ConfigType::kBool, "false",       "Completions that hit the length limit enter no loss term (their advantage still counts in the group statistics).", {}},
+    {"reward.num_threads",     ConfigType::kInt,           "0",             "Verifier thread pool size; 0 = the number of hardware threads.", {}},
+    {"reward.timeout_s",       ConfigType::kNumber,        "30.0",          "Seconds a verifier call may take; a later answer is ignored, the sample scores 0 and `reward/verifier_timeouts` counts it.", {}},
+    {"train.steps",            ConfigType::kInt,           "100",           "Training steps (one rollout batch and its policy updates each).", {}},
+    {"train.learning_rate",    ConfigType::kNumber,        "1e-6",          "Peak AdamW learning rate.", {}},
+    {"train.lr_schedule",      ConfigType::kEnum,          "constant",      "Learning-rate schedule over optimizer steps after warmup.", {"constant", "linear", "cosine"}},
+    {"train.warmup_steps",     ConfigType::kInt,           "0",             "Optimizer steps of linear warmup from 0 to the peak rate.", {}},
+    {"train.min_lr_ratio",     ConfigType::kNumber,        "0.0",           "Final rate of the linear and cosine schedules, as a fraction of the peak.", {}},
+    {"train.weight_decay",     ConfigType::kNumber,        "0.0",           "AdamW decoupled weight decay.", {}},
+    {"train.adam_beta1",       ConfigType::kNumber,        "0.9",           "AdamW beta1.", {}},
+    {"train.adam_beta2",       ConfigType::kNumber,        "0.999",         "AdamW beta2.", {}},
+    {"train.adam_eps",         ConfigType::kNumber,        "1e-8",          "AdamW epsilon.", {}},
+    {"train.max_grad_norm",    ConfigType::kNumber,        "1.0",           "Gradient-norm clipping bound (global L2 norm); 0 = no clipping (the norm is still reported).", {}},
+    {"train.num_epochs",       ConfigType::kInt,           "1",             "Passes over each rollout batch.", {}},
+    {"train.num_mini_batches", ConfigType::kInt,           "1",             "Optimizer steps per pass: the rollout batch is split into this many mini-batches of whole groups.", {}},
+    {"train.per_device_train_batch_size", ConfigType::kInt, "1",            "Packed rows per micro-batch (one forward/backward); micro-batches accumulate into a mini-batch.", {}},
+    {"train.pack_length",      ConfigType::kInt,           "2048",          "Tokens per packed row (prompt + response sequences back to back, attention confined to each); must hold `rollout.max_prompt_tokens + rollout.max_new_tokens`.", {}},
+    {"train.old_logprobs",     ConfigType::kEnum,          "auto",          "Log-probs of the policy that produced the rollout: `recompute` (a trainer forward before the updates), `rollout` (the backend's), `auto` (recompute when `num_mini_batches` or `num_epochs` > 1 or rollouts are stale, else the first pass's own log-probs, detached).", {"auto", "recompute", "rollout"}},
+    {"train.logprob_chunk_tokens", ConfigType::kInt,       "1024",          "Tokens per chunk of the log-prob/entropy computation (peak memory ~ chunk x vocab floats).", {}},
+    {"train.ref_update_freq",  ConfigType::kInt,           "0",             "Polyak-update the reference model every N steps: ref = (1 - alpha) ref + alpha policy; 0 = frozen.", {}},
+    {"train.ref_update_alpha", ConfigType::kNumber,        "0.6",           "alpha of the reference model's Polyak update.", {}},
+    {"train.max_nonfinite_steps", ConfigType::kInt,        "3",             "A non-finite loss or gradient skips the optimizer step; this many in a row stop the run (after a checkpoint) with an error.", {}},
+    {"eval.every",             ConfigType::kInt,           "0",             "Evaluate on `data.eval` every N steps (and after the last step); 0 = only after the last step.", {}},
+    {"eval.at_start",          ConfigType::kBool,          "true",          "Also evaluate before the first step (the baseline).", {}},
+    {"eval.num_samples",       ConfigType::kInt,           "1",             "Completions per eval prompt (n of pass@k).", {}},
+    {"eval.pass_k",            ConfigType::kInt,           "1",             "k of the unbiased pass@k estimator 1 - C(n-c, k)/C(n, k); <= `eval.num_samples`.", {}},
+    {"eval.temperature",       ConfigType::kNumber,        "0.0",           "Eval sampling temperature (0 = greedy).", {}},
+    {"eval.max_prompts",       ConfigType::kInt,           "0",             "Evaluate on the first N rows of the eval split; 0 = all.", {}},
+    {"checkpoint.save_freq",   ConfigType::kInt,           "0",             "Save a checkpoint every N steps (and after the last step); 0 = only after the last step.", {}},
+    {"checkpoint.keep_last",   ConfigType::kInt,           "2",             "Complete checkpoints kept in the run directory (older ones are deleted); 0 = keep all.", {}},
   };
   return schema;
 }
@@ -110,6 +170,39 @@ void check_component(const ConfigValue& v, const std::string& path, bool in_list
   }
 }
 
+const char* const kDataSourceForms = "a data file is written `PATH` or as a map `{path: PATH, weight: W}` or `{path: PATH, count: N}`";
+
+void check_data_source(const ConfigValue& v, const std::string& path) {
+  if (v.is_scalar()) {
+    if (v.scalar().empty()) fail(v.location(), path, "expected a file path, got \"\"");
+    return;
+  }
+  if (!v.is_map()) fail(v.location(), path, std::string("expected a data file, got ") + v.type_description() + " (" + kDataSourceForms + ")");
+  const ConfigValue* file = v.find("path");
+  if (!file) fail(v.location(), path, std::string("data file map has no 'path' (") + kDataSourceForms + ")");
+  if (!file->is_scalar() || file->scalar().empty())
+    fail(file->location(), path + ".path", "expected a file path, got " + sdk::detail::describe_value(*file));
+  const ConfigValue* weight = v.find("weight");
+  const ConfigValue* count = v.find("count");
+  if (weight && count) fail(count->location(), path, "give either 'weight' or 'count', not both");
+  if (weight) {
+    double w = 0;
+    if (!weight->is_scalar() || !sdk::detail::parse_double(weight->scalar(), &w) || !std::isfinite(w) || w <= 0)
+      fail(weight->location(), path + ".weight", "expected a finite number > 0, got " + sdk::detail::describe_value(*weight));
+  }
+  if (count) {
+    std::int64_t n = 0;
+    if (!count->is_scalar() || !sdk::detail::parse_int(count->scalar(), &n) || n < 1)
+      fail(count->location(), path + ".count", "expected an integer >= 1, got " + sdk::detail::describe_value(*count));
+  }
+  for (const auto& e : v.entries())
+    if (e.key != "path" && e.key != "weight" && e.key != "count") {
+      std::string where = e.key_location.to_string();
+      throw ConfigError((where.empty() ? "" : where + ": ") + "unknown key '" + path + "." + e.key + "'" +
+                        did_you_mean(e.key, {"path", "weight", "count"}));
+    }
+}
+
 void check_value(const ConfigKeySpec& spec, const ConfigValue& v, const std::string& path) {
   const std::string got = sdk::detail::describe_value(v);
   switch (spec.type) {
@@ -153,6 +246,11 @@ void check_value(const ConfigKeySpec& spec, const ConfigValue& v, const std::str
       return;
     case ConfigType::kComponent:
       check_component(v, path, false);
+      return;
+    case ConfigType::kDataSources:
+      if (v.is_null()) return;
+      if (!v.is_sequence()) fail(v.location(), path, "expected a list of data files, got " + got);
+      for (std::size_t i = 0; i < v.items().size(); ++i) check_data_source(v.items()[i], path + "[" + std::to_string(i) + "]");
       return;
     case ConfigType::kComponentList:
       if (v.is_null()) return;
@@ -229,6 +327,7 @@ const char* config_type_name(ConfigType type) {
     case ConfigType::kStringList: return "list of strings";
     case ConfigType::kComponent: return "component";
     case ConfigType::kComponentList: return "list of components";
+    case ConfigType::kDataSources: return "list of data sources";
   }
   return "?";
 }
@@ -300,6 +399,16 @@ void normalize_config(sdk::ConfigValue& root) {
         if (v->is_null()) *v = ConfigValue::make_sequence(v->location());
         if (v->is_sequence())
           for (auto& item : v->items()) expand_shorthand(item);
+        break;
+      case ConfigType::kDataSources:
+        if (v->is_null()) *v = ConfigValue::make_sequence(v->location());
+        if (v->is_sequence())
+          for (auto& item : v->items())
+            if (item.is_scalar()) {
+              ConfigValue map = ConfigValue::make_map(item.location());
+              map.set("path", item, item.location());
+              item = std::move(map);
+            }
         break;
       case ConfigType::kStringList:
         if (v->is_null()) {

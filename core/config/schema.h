@@ -26,6 +26,7 @@ enum class ConfigType {
   kStringList,     // a list of strings (a single string is accepted as a one-element list)
   kComponent,      // null | "name" | {name: X, ...options}
   kComponentList,  // a list of component nodes; verifier entries may carry `weight`
+  kDataSources,    // a list of data files: "path" or {path, weight | count}
 };
 
 struct ConfigKeySpec {

@@ -57,6 +57,33 @@ PluginSearchPath plugin_search_path(const sdk::ConfigValue& root, const std::vec
   return sp;
 }
 
+void fill_rollout_backend_defaults(sdk::ConfigValue& root) {
+  const sdk::ConfigValue* model_path = find_config_node(root, {"model", "path"});
+  if (!model_path || !model_path->is_scalar() || model_path->scalar().empty()) return;
+  sdk::ConfigValue* rollout = root.find("rollout");
+  if (!rollout || !rollout->is_map()) return;
+  sdk::ConfigValue* backend = rollout->find("backend");
+  if (!backend) return;
+  if (backend->is_null()) {
+    sdk::ConfigValue node = sdk::ConfigValue::make_map(backend->location());
+    node.set("name", sdk::ConfigValue::make_scalar("native", backend->location()), backend->location());
+    *backend = std::move(node);
+  }
+  if (!backend->is_map()) return;
+  const sdk::ConfigValue* name = backend->find("name");
+  if (!name || !name->is_scalar() || name->scalar() != "native") return;
+  auto fill = [&](const char* option, const sdk::ConfigValue* from) {
+    if (backend->find(option) || !from || !from->is_scalar() || from->scalar().empty()) return;
+    backend->set(option, *from, from->location());
+  };
+  fill("model", model_path);
+  const sdk::ConfigValue* tokenizer_path = find_config_node(root, {"tokenizer", "path"});
+  fill("tokenizer", tokenizer_path && tokenizer_path->is_scalar() && !tokenizer_path->scalar().empty() ? tokenizer_path : model_path);
+  fill("dtype", find_config_node(root, {"model", "dtype"}));
+  if (!backend->find("logprobs"))
+    backend->set("logprobs", sdk::ConfigValue::make_scalar("scaled", model_path->location()), model_path->location());
+}
+
 void load_configured_plugins(PluginRegistry& registry, const sdk::ConfigValue& root) {
   const auto entries = string_list(root, "plugins", "load");
   for (std::size_t i = 0; i < entries.size(); ++i) {

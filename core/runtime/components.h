@@ -42,6 +42,13 @@ PluginSearchPath plugin_search_path(const sdk::ConfigValue& root, const std::vec
 // Loads every entry of plugins.load. Throws PluginError naming the entry's key path.
 void load_configured_plugins(PluginRegistry& registry, const sdk::ConfigValue& root);
 
+// Training runs the rollout backend on the policy it trains: when model.path is set, a null
+// rollout.backend becomes the native backend, and the native backend's `model`, `tokenizer`,
+// `dtype` and `logprobs` options default to model.path, tokenizer.path, model.dtype and
+// `scaled` (the trainer's log-probs use the sampling temperature). Options the config gives win.
+// Used by grpo-run's --validate and by the run, so both construct the same components.
+void fill_rollout_backend_defaults(sdk::ConfigValue& root);
+
 // Constructs every configured component. Throws PluginError or sdk::ConfigError.
 RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigValue& root);
 

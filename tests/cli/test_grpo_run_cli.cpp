@@ -124,15 +124,16 @@ TEST_F(GrpoRunCli, LogLevelFlagIsValidated) {
   EXPECT_THAT(r.output, HasSubstr("loud"));
 }
 
-TEST_F(GrpoRunCli, TrainModeWritesEffectiveConfigAndLogThenSaysTrainerUnavailable) {
+TEST_F(GrpoRunCli, TrainModeWritesEffectiveConfigAndLogThenNamesWhatIsMissing) {
   write("run.yaml", "run:\n  output_dir: out/run1\nverifiers: [exact_match]\n");
   Result r = grpo_run("--config run.yaml", dir_);
-  EXPECT_EQ(r.exit_code, 6) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("model.path: training needs a policy model"));
   const fs::path effective = dir_ / "out/run1/effective_config.yaml";
   ASSERT_TRUE(fs::exists(effective)) << r.output;
   EXPECT_THAT(read(effective), AllOf(HasSubstr("output_dir: out/run1"), HasSubstr("exact_match")));
   ASSERT_TRUE(fs::exists(dir_ / "out/run1/run.log"));
-  EXPECT_THAT(read(dir_ / "out/run1/run.log"), AllOf(HasSubstr("BLAS:"), HasSubstr("training loop is not part")));
+  EXPECT_THAT(read(dir_ / "out/run1/run.log"), AllOf(HasSubstr("BLAS:"), HasSubstr("training needs a policy model")));
   for (const auto& e : fs::directory_iterator(dir_ / "out/run1"))
     EXPECT_THAT(e.path().filename().string(), Not(HasSubstr(".tmp"))) << "temporary file left behind";
 }

@@ -1,0 +1,95 @@
+#include "core/train/optimizer.h"
+
+#include <cmath>
+#include <filesystem>
+#include <stdexcept>
+
+#include "core/runtime/components.h"
+#include "grpo/sdk/config_view.h"
+
+namespace grpo::core {
+
+OptimizerSettings optimizer_settings(const sdk::ConfigValue& root) {
+  OptimizerSettings s;
+  const sdk::ConfigView train(find_config_node(root, {"train"}), "train");
+  auto positive = [&](const char* key, double v, bool allow_zero) {
+    if (!std::isfinite(v) || v < 0.0 || (!allow_zero && v == 0.0))
+      fail_at_key(find_config_node(root, {"train", key}), std::string("train.") + key,
+                  std::string("expected a finite number ") + (allow_zero ? ">= 0" : "> 0") + ", got " + std::to_string(v));
+    return v;
+  };
+  s.learning_rate = positive("learning_rate", train.get_double("learning_rate", s.learning_rate), true);
+  const std::string schedule = train.get_choice("lr_schedule", "constant", {"constant", "linear", "cosine"});
+  s.schedule = schedule == "linear" ? LrSchedule::kLinear : schedule == "cosine" ? LrSchedule::kCosine : LrSchedule::kConstant;
+  s.warmup_steps = train.get_int("warmup_steps", 0);
+  if (s.warmup_steps < 0)
+    fail_at_key(find_config_node(root, {"train", "warmup_steps"}), "train.warmup_steps", "expected an integer >= 0");
+  s.min_lr_ratio = train.get_double("min_lr_ratio", 0.0);
+  if (!(s.min_lr_ratio >= 0.0 && s.min_lr_ratio <= 1.0))
+    fail_at_key(find_config_node(root, {"train", "min_lr_ratio"}), "train.min_lr_ratio", "expected a number in [0, 1]");
+  s.weight_decay = positive("weight_decay", train.get_double("weight_decay", 0.0), true);
+  s.beta1 = train.get_double("adam_beta1", s.beta1);
+  s.beta2 = train.get_double("adam_beta2", s.beta2);
+  for (const auto& [key, v] : {std::pair<const char*, double>{"adam_beta1", s.beta1}, {"adam_beta2", s.beta2}})
+    if (!(v >= 0.0 && v < 1.0))
+      fail_at_key(find_config_node(root, {"train", key}), std::string("train.") + key, "expected a number in [0, 1)");
+  s.eps = positive("adam_eps", train.get_double("adam_eps", s.eps), false);
+  s.max_grad_norm = positive("max_grad_norm", train.get_double("max_grad_norm", s.max_grad_norm), true);
+  return s;
+}
+
+double lr_factor(const OptimizerSettings& s, std::int64_t step, std::int64_t total_steps) {
+  if (step < s.warmup_steps) return static_cast<double>(step) / static_cast<double>(std::max<std::int64_t>(1, s.warmup_steps));
+  const double span = static_cast<double>(std::max<std::int64_t>(1, total_steps - s.warmup_steps));
+  const double progress = static_cast<double>(step - s.warmup_steps) / span;
+  switch (s.schedule) {
+    case LrSchedule::kConstant:
+      return 1.0;
+    case LrSchedule::kLinear:
+      return s.min_lr_ratio + (1.0 - s.min_lr_ratio) * std::max(0.0, 1.0 - progress);
+    case LrSchedule::kCosine:
+      return s.min_lr_ratio + (1.0 - s.min_lr_ratio) * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
+  }
+  return 1.0;
+}
+
+std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const OptimizerSettings& s) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (auto& p : model.parameters()) {
+    if (!p.requires_grad()) continue;
+    (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  }
+  auto options = [&](double wd) {
+    return torch::optim::AdamWOptions(s.learning_rate).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(wd);
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(options(s.weight_decay)));
+  if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(options(0.0)));
+  return std::make_unique<torch::optim::AdamW>(std::move(groups), options(s.weight_decay));
+}
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+void save_optimizer(torch::optim::Optimizer& optimizer, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    torch::serialize::OutputArchive archive;
+    optimizer.save(archive);
+    archive.save_to(tmp);
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+void load_optimizer(torch::optim::Optimizer& optimizer, const std::string& path) {
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    optimizer.load(archive);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(path + ": cannot load the optimizer state: " + e.what_without_backtrace());
+  }
+}
+
+}  // namespace grpo::core

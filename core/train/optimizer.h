@@ -1,0 +1,55 @@
+// AdamW and the learning-rate schedule of the trainer (train.* keys).
+//
+// The schedule follows Hugging Face's get_{constant,linear,cosine}_schedule_with_warmup: the
+// rate used by optimizer step s (0-based) is peak * factor(s), with factor = s / warmup during
+// warmup (so step 0 of a warmup runs at rate 0, as in transformers) and, after it,
+//   constant: 1
+//   linear:   min + (1 - min) * max(0, (T - s) / max(1, T - warmup))
+//   cosine:   min + (1 - min) * 0.5 * (1 + cos(pi * (s - warmup) / max(1, T - warmup)))
+// where T is the total number of optimizer steps of the run and min = train.min_lr_ratio.
+//
+// Weight decay (decoupled, AdamW) applies to matrices only: biases and norm weights (1-D
+// parameters) are in a second group without decay, as the Hugging Face Trainer does.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "grpo/sdk/config_value.h"
+
+namespace grpo::core {
+
+enum class LrSchedule { kConstant, kLinear, kCosine };
+
+struct OptimizerSettings {
+  double learning_rate = 1e-6;
+  LrSchedule schedule = LrSchedule::kConstant;
+  std::int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.0;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double max_grad_norm = 1.0;
+};
+
+// train.learning_rate, lr_schedule, warmup_steps, min_lr_ratio, weight_decay, adam_*,
+// max_grad_norm; ranges checked with errors naming the key.
+OptimizerSettings optimizer_settings(const sdk::ConfigValue& root);
+
+// The multiplier of the peak rate for optimizer step `step` of `total_steps`.
+double lr_factor(const OptimizerSettings& settings, std::int64_t step, std::int64_t total_steps);
+
+// AdamW over `model`'s parameters (two groups: with and without weight decay).
+std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const OptimizerSettings& settings);
+
+// Sets every parameter group's rate.
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
+
+// The optimizer's state (moments, step counts) to and from a file; the save is atomic
+// (temporary file + rename). load throws std::runtime_error naming the file.
+void save_optimizer(torch::optim::Optimizer& optimizer, const std::string& path);
+void load_optimizer(torch::optim::Optimizer& optimizer, const std::string& path);
+
+}  // namespace grpo::core

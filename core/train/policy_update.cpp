@@ -1,0 +1,469 @@
+#include "core/train/policy_update.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+#include "core/model/logprobs.h"
+#include "core/train/packing.h"
+#include "grpo/sdk/torch/masked.h"
+
+namespace grpo::core {
+
+namespace {
+
+// One sample of the step, in group / sample order.
+struct SampleRef {
+  std::size_t group = 0, sample = 0;
+  std::size_t index = 0;  // position in group / sample order
+  const Group* g = nullptr;
+  const Sample* s = nullptr;
+  std::int64_t prompt_len() const { return static_cast<std::int64_t>(g->prompt_ids.size()); }
+  std::int64_t response_len() const { return static_cast<std::int64_t>(s->response_ids.size()); }
+  bool carries_rollout_logprobs() const { return !s->rollout_logprobs.empty(); }
+  std::string name() const { return "group " + std::to_string(group) + " sample " + std::to_string(sample); }
+};
+
+std::vector<SampleRef> flatten(const std::vector<Group>& groups) {
+  std::vector<SampleRef> out;
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    for (std::size_t s = 0; s < groups[g].samples.size(); ++s)
+      out.push_back({g, s, out.size(), &groups[g], &groups[g].samples[s]});
+  return out;
+}
+
+void check_fits(const SampleRef& r, std::int64_t pack_length) {
+  const std::int64_t len = r.prompt_len() + r.response_len();
+  if (len > pack_length)
+    throw std::invalid_argument(r.name() + " has " + std::to_string(r.prompt_len()) + " prompt + " +
+                                std::to_string(r.response_len()) + " response tokens = " + std::to_string(len) +
+                                ", more than train.pack_length " + std::to_string(pack_length));
+}
+
+void check_common_options(const UpdateOptions& o) {
+  if (o.pack_length < 1) throw std::invalid_argument("update: pack_length must be >= 1, got " + std::to_string(o.pack_length));
+  if (o.rows_per_micro_batch < 1)
+    throw std::invalid_argument("update: rows_per_micro_batch must be >= 1, got " + std::to_string(o.rows_per_micro_batch));
+  if (!(o.temperature > 0.0) || !std::isfinite(o.temperature))
+    throw std::invalid_argument("update: temperature must be a finite number > 0, got " + std::to_string(o.temperature));
+  if (o.logprob_chunk_tokens < 1)
+    throw std::invalid_argument("update: logprob_chunk_tokens must be >= 1, got " + std::to_string(o.logprob_chunk_tokens));
+}
+
+LogProbOptions logprob_options(const UpdateOptions& o, bool with_entropy) {
+  LogProbOptions lo;
+  lo.chunk_tokens = o.logprob_chunk_tokens;
+  lo.temperature = o.temperature;
+  lo.with_entropy = with_entropy;
+  return lo;
+}
+
+std::vector<SequenceTokens> sequence_tokens(const std::vector<const SampleRef*>& refs) {
+  std::vector<SequenceTokens> out;
+  out.reserve(refs.size());
+  for (const SampleRef* r : refs) out.push_back({&r->g->prompt_ids, &r->s->response_ids});
+  return out;
+}
+
+std::int64_t response_width(const std::vector<const SampleRef*>& refs) {
+  std::int64_t w = 1;  // never 0 wide: keeps every [S, W] tensor non-degenerate
+  for (const SampleRef* r : refs) w = std::max(w, r->response_len());
+  return w;
+}
+
+// Plans the packing of `refs` (their order is the plan's sequence order) and returns the
+// micro-batches as lists of refs.
+std::vector<std::vector<const SampleRef*>> pack_refs(const std::vector<const SampleRef*>& refs, const UpdateOptions& o,
+                                                     PackingPlan* plan_out = nullptr) {
+  std::vector<std::int64_t> lengths;
+  lengths.reserve(refs.size());
+  for (const SampleRef* r : refs) {
+    check_fits(*r, o.pack_length);
+    lengths.push_back(r->prompt_len() + r->response_len());
+  }
+  const PackingPlan plan = plan_packing(lengths, o.pack_length);
+  std::vector<std::vector<const SampleRef*>> out;
+  for (const auto& mb : micro_batches(plan, o.rows_per_micro_batch)) {
+    out.emplace_back();
+    for (std::size_t i : mb) out.back().push_back(refs[i]);
+  }
+  if (plan_out) *plan_out = plan;
+  return out;
+}
+
+// No-grad response log-probs of `refs`, written to out[ref->index].
+void logprobs_into(CausalLM& model, const std::vector<const SampleRef*>& refs, const UpdateOptions& o,
+                   std::vector<std::vector<float>>* out) {
+  torch::NoGradGuard no_grad;
+  for (const auto& mb : pack_refs(refs, o)) {
+    const std::int64_t width = response_width(mb);
+    const torch::Tensor lp =
+        packed_response_logprobs(model, sequence_tokens(mb), width, logprob_options(o, false)).logprobs.to(torch::kCPU).contiguous();
+    const float* data = lp.data_ptr<float>();
+    for (std::size_t k = 0; k < mb.size(); ++k) {
+      const float* row = data + static_cast<std::int64_t>(k) * width;
+      (*out)[mb[k]->index].assign(row, row + mb[k]->response_len());
+    }
+  }
+}
+
+// [S, width] float32 rows from per-sample vectors (padding 0); `rows[k]` may be null (all 0).
+torch::Tensor rows_tensor(const std::vector<const std::vector<float>*>& rows, std::int64_t width, const torch::Device& device) {
+  torch::Tensor t = torch::zeros({static_cast<std::int64_t>(rows.size()), width}, torch::kFloat32);
+  float* data = t.data_ptr<float>();
+  for (std::size_t k = 0; k < rows.size(); ++k)
+    if (rows[k]) std::copy(rows[k]->begin(), rows[k]->end(), data + static_cast<std::int64_t>(k) * width);
+  return t.to(device);
+}
+
+// Metrics accumulated over micro-batches: token-weighted means, or max / min.
+class MetricSums {
+ public:
+  enum class Kind { kMean, kMax, kMin };
+
+  void add(const std::string& name, double value, double weight, Kind kind = Kind::kMean) {
+    auto it = entries_.find(name);
+    if (it == entries_.end()) {
+      order_.push_back(name);
+      it = entries_.emplace(name, Entry{}).first;
+      it->second.kind = kind;
+      it->second.extreme = value;
+    }
+    Entry& e = it->second;
+    e.weighted += value * weight;
+    e.weight += weight;
+    e.plain += value;
+    e.count += 1;
+    if (kind == Kind::kMax) e.extreme = std::isnan(value) || std::isnan(e.extreme) ? NAN : std::max(e.extreme, value);
+    if (kind == Kind::kMin) e.extreme = std::isnan(value) || std::isnan(e.extreme) ? NAN : std::min(e.extreme, value);
+  }
+
+  // By name suffix: ".../max" is a max, ".../min" a min, anything else a token-weighted mean.
+  void add_by_suffix(const std::string& name, double value, double weight) {
+    auto ends = [&](const char* suffix) {
+      const std::string s(suffix);
+      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    add(name, value, weight, ends("/max") ? Kind::kMax : ends("/min") ? Kind::kMin : Kind::kMean);
+  }
+
+  void write(std::vector<std::pair<std::string, double>>* out) const {
+    for (const std::string& name : order_) {
+      const Entry& e = entries_.at(name);
+      double v = e.extreme;
+      if (e.kind == Kind::kMean) v = e.weight > 0 ? e.weighted / e.weight : e.plain / static_cast<double>(e.count);
+      out->emplace_back(name, v);
+    }
+  }
+
+ private:
+  struct Entry {
+    Kind kind = Kind::kMean;
+    double weighted = 0.0, weight = 0.0, plain = 0.0, extreme = 0.0;
+    std::int64_t count = 0;
+  };
+  std::vector<std::string> order_;
+  std::map<std::string, Entry> entries_;
+};
+
+double value_of(const at::Tensor& t) { return t.detach().to(torch::kCPU).to(torch::kDouble).item<double>(); }
+
+// The name a policy-loss metric is reported under: open-instruct's `_avg` suffix.
+std::string loss_metric_name(const std::string& name) {
+  const std::string suffix = "_avg";
+  const bool has = name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return has ? name : name + suffix;
+}
+
+// One mini-batch: its micro-batches (refs of the sequences in the forward) and global scale.
+struct MiniBatch {
+  std::vector<std::vector<const SampleRef*>> micro;
+  std::vector<std::int64_t> widths;
+  std::vector<at::Tensor> masks;  // [S_i, width_i] float32 on the CPU: 1 on response tokens
+  AggregationScale scale;
+  PackingPlan plan;
+};
+
+std::vector<torch::Tensor> grads_of(torch::optim::Optimizer& optimizer) {
+  std::vector<torch::Tensor> grads;
+  for (auto& group : optimizer.param_groups())
+    for (auto& p : group.params())
+      if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+
+// Global L2 norm of the gradients (float64), as torch.nn.utils.clip_grad_norm_ measures it.
+double global_grad_norm(const std::vector<torch::Tensor>& grads) {
+  if (grads.empty()) return 0.0;
+  std::vector<torch::Tensor> norms;
+  norms.reserve(grads.size());
+  for (const auto& g : grads) norms.push_back(g.detach().to(torch::kDouble).norm(2));
+  return value_of(torch::stack(norms).norm(2));
+}
+
+}  // namespace
+
+std::vector<std::vector<float>> sample_logprobs(CausalLM& model, const std::vector<Group>& groups, const UpdateOptions& options) {
+  check_common_options(options);
+  if (!model) throw std::invalid_argument("sample_logprobs: no model");
+  const std::vector<SampleRef> all = flatten(groups);
+  std::vector<const SampleRef*> refs;
+  for (const SampleRef& r : all)
+    if (r.response_len() > 0) refs.push_back(&r);
+  std::vector<std::vector<float>> out(all.size());
+  logprobs_into(model, refs, options, &out);
+  return out;
+}
+
+UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer, const std::function<void()>& after_optimizer_step,
+                           const std::vector<Group>& groups, const UpdateComponents& components, const UpdateOptions& o) {
+  // ---- Checks, before any forward.
+  check_common_options(o);
+  if (o.num_epochs < 1) throw std::invalid_argument("update: num_epochs must be >= 1, got " + std::to_string(o.num_epochs));
+  if (o.num_mini_batches < 1)
+    throw std::invalid_argument("update: num_mini_batches must be >= 1, got " + std::to_string(o.num_mini_batches));
+  if (!std::isfinite(o.max_grad_norm) || o.max_grad_norm < 0.0)
+    throw std::invalid_argument("update: max_grad_norm must be a finite number >= 0, got " + std::to_string(o.max_grad_norm));
+  validate(o.kl);
+  validate(o.mismatch);
+  if (!policy) throw std::invalid_argument("update: no policy model");
+  if (!components.policy_loss) throw std::invalid_argument("update: no policy loss component (algorithm.policy_loss)");
+  const bool with_reference = needs_reference_model(o.kl);
+  if (with_reference && !components.kl_estimator)
+    throw std::invalid_argument("update: algorithm.kl_coef = " + std::to_string(o.kl.kl_coef) +
+                                " needs a KL estimator (algorithm.kl_estimator)");
+  if (with_reference && !components.reference)
+    throw std::invalid_argument("update: algorithm.kl_coef = " + std::to_string(o.kl.kl_coef) + " needs a reference model, none was given");
+  const double beta = loss_kl_coef(o.kl);
+
+  const std::vector<SampleRef> all = flatten(groups);
+  for (const SampleRef& r : all) {
+    check_fits(r, o.pack_length);
+    if (r.s->trainable && r.response_len() > 0 && r.s->advantages.size() != r.s->response_ids.size())
+      throw std::invalid_argument("update: " + r.name() + " has " + std::to_string(r.s->advantages.size()) + " advantages for " +
+                                  std::to_string(r.response_len()) + " response tokens (one per token expected)");
+    if (r.carries_rollout_logprobs() && r.s->rollout_logprobs.size() != r.s->response_ids.size())
+      throw std::invalid_argument("update: " + r.name() + " has " + std::to_string(r.s->rollout_logprobs.size()) +
+                                  " rollout log-probs for " + std::to_string(r.response_len()) + " response tokens");
+  }
+
+  // ---- Mini-batches of whole groups; only trainable samples with response tokens are computed.
+  const std::size_t n_mini = std::min<std::size_t>(static_cast<std::size_t>(o.num_mini_batches), groups.size());
+  std::vector<MiniBatch> minis(n_mini);
+  std::vector<const SampleRef*> trained;  // every computed sample of the step
+  {
+    std::size_t next = 0;  // position in `all`
+    for (std::size_t k = 0; k < n_mini; ++k) {
+      // Group range [lo, hi): balanced split, the first (groups % n_mini) mini-batches one larger.
+      const std::size_t base = groups.size() / n_mini, extra = groups.size() % n_mini;
+      const std::size_t lo = k * base + std::min(k, extra), hi = lo + base + (k < extra ? 1 : 0);
+      std::vector<const SampleRef*> refs;
+      double untrained_rows = 0.0;
+      for (; next < all.size() && all[next].group < hi; ++next) {
+        if (all[next].group < lo) continue;
+        if (all[next].s->trainable && all[next].response_len() > 0)
+          refs.push_back(&all[next]);
+        else
+          untrained_rows += 1.0;
+      }
+      MiniBatch& mb = minis[k];
+      mb.micro = pack_refs(refs, o, &mb.plan);
+      for (const auto& micro : mb.micro) {
+        mb.widths.push_back(response_width(micro));
+        // 1 on every response token: every computed sample is trainable.
+        torch::Tensor m = torch::zeros({static_cast<std::int64_t>(micro.size()), mb.widths.back()}, torch::kFloat32);
+        for (std::size_t s = 0; s < micro.size(); ++s) m[static_cast<std::int64_t>(s)].narrow(0, 0, micro[s]->response_len()).fill_(1.0f);
+        mb.masks.push_back(m);
+      }
+      // Global denominators: every micro-batch mask of the mini-batch, before any forward.
+      mb.scale = aggregation_scale(mb.masks, o.max_response_len);
+      // Untrainable samples are mask-0 rows of the batch: only Dr.GRPO's row count sees them.
+      mb.scale.global_rows += untrained_rows;
+      trained.insert(trained.end(), refs.begin(), refs.end());
+    }
+  }
+
+  // ---- Old, rollout and reference log-probs.
+  const bool recompute = o.old_logprobs == OldLogprobSource::kRecompute ||
+                         (o.old_logprobs == OldLogprobSource::kAuto && (n_mini > 1 || o.num_epochs > 1 || o.stale));
+  const bool old_from_first_pass = o.old_logprobs == OldLogprobSource::kAuto && !recompute;
+  std::vector<std::vector<float>> old_store(all.size()), ref_store(all.size());
+  if (recompute) logprobs_into(policy, trained, o, &old_store);
+  if (o.old_logprobs == OldLogprobSource::kRollout)
+    for (const SampleRef* r : trained) {
+      if (!r->carries_rollout_logprobs())
+        throw std::invalid_argument("update: train.old_logprobs is 'rollout' but " + r->name() +
+                                    " carries no rollout log-probs (the backend did not return them)");
+      old_store[r->index] = r->s->rollout_logprobs;
+    }
+  if (with_reference) {
+    CausalLM reference = components.reference;  // a holder copy: same module
+    logprobs_into(reference, trained, o, &ref_store);
+  }
+  const bool any_rollout = std::any_of(trained.begin(), trained.end(), [](const SampleRef* r) { return r->carries_rollout_logprobs(); });
+
+  // ---- The passes.
+  const torch::Device device = policy->lm_head_weight().device();
+  UpdateResult result;
+  MetricSums sums;
+  double ratio_sum = 0.0, ratio_sq_sum = 0.0, ratio_tokens = 0.0;
+  std::vector<double> norms_done;
+  double norm_attempt_sum = 0.0;
+  std::int64_t attempts = 0, micro_batch_count = 0;
+
+  for (std::int64_t epoch = 0; epoch < o.num_epochs; ++epoch) {
+    const bool entropy_pass = o.with_entropy && epoch == 0;
+    for (MiniBatch& mb : minis) {
+      if (mb.micro.empty()) continue;  // nothing trainable: no optimizer step
+      optimizer.zero_grad();
+      policy->zero_grad(/*set_to_none=*/true);
+      double loss_sum = 0.0;
+      for (std::size_t i = 0; i < mb.micro.size(); ++i) {
+        const auto& micro = mb.micro[i];
+        const std::int64_t width = mb.widths[i];
+        const auto S = static_cast<std::int64_t>(micro.size());
+        ++micro_batch_count;
+
+        std::vector<const std::vector<float>*> adv_rows, old_rows, ref_rows, rollout_rows;
+        torch::Tensor carried = torch::zeros({S, 1}, torch::kBool);
+        torch::Tensor group_ids = torch::empty({S}, torch::kLong);
+        for (std::int64_t s = 0; s < S; ++s) {
+          const SampleRef* r = micro[static_cast<std::size_t>(s)];
+          adv_rows.push_back(&r->s->advantages);
+          old_rows.push_back(&old_store[r->index]);
+          ref_rows.push_back(&ref_store[r->index]);
+          rollout_rows.push_back(r->carries_rollout_logprobs() ? &r->s->rollout_logprobs : nullptr);
+          carried[s][0] = r->carries_rollout_logprobs();
+          group_ids[s] = static_cast<std::int64_t>(r->group);
+        }
+        const torch::Tensor mask = mb.masks[i].to(device);
+
+        const ResponseLogProbs fwd = packed_response_logprobs(policy, sequence_tokens(micro), width, logprob_options(o, entropy_pass));
+        const torch::Tensor logp = fwd.logprobs;
+        const torch::Tensor old = old_from_first_pass ? logp.detach() : rows_tensor(old_rows, width, device);
+        const torch::Tensor ref = with_reference ? rows_tensor(ref_rows, width, device) : torch::Tensor();
+        torch::Tensor rollout;
+        if (any_rollout) rollout = torch::where(carried.to(device), rows_tensor(rollout_rows, width, device), old);
+
+        sdk::PolicyLossInput in;
+        in.batch.response_mask = mask;
+        in.batch.group_ids = group_ids.to(device);
+        in.logp = logp;
+        in.old_logp = old;
+        in.rollout_logp = rollout;
+        in.advantages = rows_tensor(adv_rows, width, device);
+        sdk::PolicyLossOutput pg = components.policy_loss->compute(in);
+        if (!pg.per_token_loss.defined() || pg.per_token_loss.sizes() != logp.sizes())
+          throw std::runtime_error("update: the policy loss returned a per-token loss of shape " +
+                                   (pg.per_token_loss.defined() ? c10::str(pg.per_token_loss.sizes()) : std::string("(undefined)")) +
+                                   ", expected " + c10::str(logp.sizes()));
+
+        torch::Tensor policy_token_loss = pg.per_token_loss;
+        if (any_rollout) {
+          MismatchCorrection mc = mismatch_correction(old, rollout, mask, o.mismatch);
+          if (o.mismatch.mode != MismatchMode::kNone) policy_token_loss = policy_token_loss * mc.weights;
+          const double n = value_of(mask.sum());
+          for (const auto& m : mc.metrics) sums.add_by_suffix(m.name, value_of(m.value), n);
+        }
+        torch::Tensor kl;
+        if (with_reference) kl = components.kl_estimator->compute(logp, ref);
+        const torch::Tensor per_token = add_kl_to_loss(policy_token_loss, kl, beta);
+        const torch::Tensor loss = aggregate_loss(per_token, mask, o.aggregation, mb.scale);
+        if (loss.requires_grad()) loss.backward();
+        loss_sum += value_of(loss);
+
+        // ---- Metrics of this micro-batch (no grad), weighted by its response tokens.
+        torch::NoGradGuard no_grad;
+        const double n = value_of(mask.sum());
+        const torch::Tensor valid = mask > 0;
+        auto token_mean = [&](const torch::Tensor& x) {
+          return value_of(sdk::masked_mean(torch::where(valid, x.detach(), torch::zeros_like(mask)), mask));
+        };
+        const double policy_mean = token_mean(policy_token_loss);
+        double kl_loss_mean = 0.0;
+        sums.add("loss/policy_avg", policy_mean, n);
+        if (with_reference) {
+          // Display estimators from REFERENCE.md on d = logp - ref, clamped to +-40 as open-instruct's.
+          const torch::Tensor d = (logp.detach() - ref).clamp(-40.0, 40.0);
+          const double kl_mean = token_mean(kl);
+          kl_loss_mean = beta * kl_mean;
+          sums.add("objective/kl", kl_mean, n);
+          sums.add("objective/kl_k1", token_mean(d), n);
+          sums.add("objective/kl_k2", token_mean(0.5 * d * d), n);
+          sums.add("objective/kl_k3", token_mean(torch::expm1(-d) + d), n);
+        }
+        sums.add("loss/kl_avg", kl_loss_mean, n);
+        sums.add("loss/total_avg", policy_mean + kl_loss_mean, n);
+        if (entropy_pass) sums.add("objective/entropy", token_mean(fwd.entropy), n);
+        // float64 sums: the variance is a difference of two sums, float32 would drown it.
+        const torch::Tensor ratio = torch::where(valid, torch::exp(logp.detach() - old), torch::zeros_like(mask)).to(torch::kDouble);
+        ratio_sum += value_of(ratio.sum());
+        ratio_sq_sum += value_of((ratio * ratio).sum());
+        ratio_tokens += n;
+        for (const auto& m : pg.metrics) {
+          if (m.name == "val/ratio" || m.name == "val/ratio_var") continue;  // reported from the step's tokens below
+          sums.add(loss_metric_name(m.name), value_of(m.value), n);
+        }
+      }
+
+      // ---- Optimizer step: global norm, clipping, or skip when non-finite.
+      const std::vector<torch::Tensor> grads = grads_of(optimizer);
+      const double norm = global_grad_norm(grads);
+      ++attempts;
+      norm_attempt_sum += norm;
+      if (!std::isfinite(loss_sum) || !std::isfinite(norm)) {
+        optimizer.zero_grad();
+        policy->zero_grad();
+        ++result.skipped_nonfinite;
+        result.last_step_nonfinite = true;
+        continue;
+      }
+      if (o.max_grad_norm > 0.0 && norm > o.max_grad_norm) {
+        // torch.nn.utils.clip_grad_norm_'s coefficient.
+        const double coef = o.max_grad_norm / (norm + 1e-6);
+        torch::NoGradGuard no_grad;
+        for (const auto& g : grads) g.mul_(coef);
+      }
+      optimizer.step();
+      if (after_optimizer_step) after_optimizer_step();
+      ++result.optimizer_steps;
+      result.last_step_nonfinite = false;
+      norms_done.push_back(norm);
+    }
+  }
+  optimizer.zero_grad();
+  policy->zero_grad(/*set_to_none=*/true);  // frees the gradient memory between steps
+
+  // ---- Metrics.
+  auto& out = result.metrics;
+  sums.write(&out);
+  const double ratio_mean = ratio_tokens > 0 ? ratio_sum / ratio_tokens : 1.0;
+  const double ratio_var =
+      ratio_tokens > 1 ? std::max(0.0, (ratio_sq_sum - ratio_sum * ratio_sum / ratio_tokens) / (ratio_tokens - 1.0)) : 0.0;
+  out.emplace_back("val/ratio", ratio_mean);
+  out.emplace_back("val/ratio_var", ratio_var);
+  double grad_norm = 0.0;
+  if (!norms_done.empty()) {
+    for (double v : norms_done) grad_norm += v;
+    grad_norm /= static_cast<double>(norms_done.size());
+  } else if (attempts > 0) {
+    grad_norm = norm_attempt_sum / static_cast<double>(attempts);  // every step skipped: the (non-finite) norm shows why
+  }
+  out.emplace_back("optimizer/grad_norm", grad_norm);
+  out.emplace_back("train/optimizer_steps", static_cast<double>(result.optimizer_steps));
+  out.emplace_back("train/skipped_nonfinite", static_cast<double>(result.skipped_nonfinite));
+  out.emplace_back("train/micro_batches", static_cast<double>(micro_batch_count));
+  double rows = 0.0, seqs = 0.0, tokens = 0.0;
+  for (const MiniBatch& mb : minis) {
+    rows += static_cast<double>(mb.plan.rows.size());
+    seqs += static_cast<double>(mb.plan.sequences());
+    tokens += static_cast<double>(mb.plan.tokens);
+  }
+  out.emplace_back("other/packed_ratio", seqs > 0 ? rows / seqs : 0.0);
+  out.emplace_back("other/pack_utilization", rows > 0 ? tokens / (rows * static_cast<double>(o.pack_length)) : 0.0);
+  return result;
+}
+
+}  // namespace grpo::core

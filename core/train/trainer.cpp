@@ -1,0 +1,763 @@
+#include "core/train/trainer.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/algo/algorithm_settings.h"
+#include "core/model/checkpoint.h"
+#include "core/train/metrics_log.h"
+#include "core/train/rollout_batch.h"
+#include "core/train/train_state.h"
+#include "core/train/verifier_pool.h"
+#include "grpo/sdk/config_view.h"
+#include "grpo/sdk/torch/advantage.h"
+#include "grpo/sdk/torch/kl_estimator.h"
+#include "grpo/sdk/torch/policy_loss.h"
+#include "grpo/sdk/torch/rollout_backend.h"
+
+namespace grpo::core {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using sdk::NamedTensors;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+[[noreturn]] void fail_key(const sdk::ConfigValue& root, std::initializer_list<const char*> keys, const std::string& message) {
+  std::string path;
+  for (const char* k : keys) path += (path.empty() ? "" : ".") + std::string(k);
+  fail_at_key(find_config_node(root, keys), path, message);
+}
+
+// splitmix64 over the inputs: seeds of sampling requests, a function of (run seed, step, slot).
+std::uint64_t mix_seed(std::initializer_list<std::uint64_t> parts) {
+  std::uint64_t h = 0x9E3779B97F4A7C15ULL;
+  for (std::uint64_t p : parts) {
+    h ^= p + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    std::uint64_t z = (h += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    h = z ^ (z >> 31);
+  }
+  return h;
+}
+
+template <class T>
+std::shared_ptr<T> component_of(const RuntimeComponents& components, sdk::ComponentKind kind) {
+  for (const auto& c : components.others)
+    if (c.kind == kind && c.object) return std::static_pointer_cast<T>(c.object);
+  return nullptr;
+}
+
+// Tokenized prompts of a split, rows whose prompt is too long dropped (counted).
+struct PromptSet {
+  std::vector<Example> examples;
+  std::vector<std::vector<std::int64_t>> ids;
+  std::vector<std::string> texts;
+};
+
+PromptSet tokenize_prompts(std::vector<Example> examples, const Tokenizer& tokenizer, const TrainerSettings& s,
+                           const char* split) {
+  PromptSet out;
+  std::size_t too_long = 0;
+  for (auto& ex : examples) {
+    std::string text = render_prompt(ex, s.chat_template_name);
+    std::vector<int> ids = tokenizer.encode(text);
+    if (ids.empty()) throw DataError(ex.where() + ": the prompt renders to no tokens");
+    if (static_cast<std::int64_t>(ids.size()) > s.max_prompt_tokens) {
+      ++too_long;
+      continue;
+    }
+    out.ids.emplace_back(ids.begin(), ids.end());
+    out.texts.push_back(std::move(text));
+    out.examples.push_back(std::move(ex));
+  }
+  if (too_long)
+    spdlog::warn("{} data: {} row(s) dropped: prompt longer than rollout.max_prompt_tokens = {}", split, too_long,
+                 s.max_prompt_tokens);
+  return out;
+}
+
+NamedTensors weight_snapshot(CausalLM& model) {
+  torch::NoGradGuard no_grad;
+  NamedTensors out;
+  for (const auto& p : model->named_parameters()) out.emplace_back(p.key(), p.value().detach().clone());
+  return out;
+}
+
+// Everything both the rollout thread and evaluation use.
+struct RolloutContext {
+  const TrainerSettings* settings = nullptr;
+  sdk::RolloutBackend* backend = nullptr;
+  const std::vector<VerifierSlot>* verifiers = nullptr;
+  RewardOptions rewards;
+  VerifierPool* pool = nullptr;
+  std::mutex backend_mutex;            // generation + scoring: one user at a time
+  std::int64_t backend_version = -1;   // weights the backend holds (-1: as loaded from model.path)
+};
+
+// Generates n completions for each prompt, scores and shapes them. Caller holds backend_mutex.
+std::vector<Group> generate_and_score(RolloutContext& ctx, const PromptSet& prompts, const std::vector<std::size_t>& rows,
+                                      std::int64_t n, const sdk::SamplingParams& sampling,
+                                      const std::vector<std::uint64_t>& seeds, std::int64_t version, MetricList& metrics) {
+  std::vector<sdk::GenerationRequest> requests;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    sdk::GenerationRequest r;
+    r.id = std::to_string(i);
+    r.prompt_ids = prompts.ids[rows[i]];
+    r.n = n;
+    r.sampling = sampling;
+    r.seed = seeds[i];
+    requests.push_back(std::move(r));
+  }
+  const auto t0 = Clock::now();
+  std::vector<sdk::GenerationResult> results = ctx.backend->generate(requests);
+  const double generation_s = seconds_since(t0);
+  if (results.size() != requests.size())
+    throw std::runtime_error("rollout backend returned " + std::to_string(results.size()) + " results for " +
+                             std::to_string(requests.size()) + " requests");
+  std::vector<Group> groups;
+  std::vector<std::string> prompt_texts;
+  double response_tokens = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& res = results[i];
+    const Example& ex = prompts.examples[rows[i]];
+    if (!res.status.ok())
+      throw std::runtime_error("generation failed for " + ex.where() + ": " + res.status.message());
+    Group g;
+    g.example = ex;
+    g.prompt_ids = prompts.ids[rows[i]];
+    g.policy_version = version;
+    for (const auto& gs : res.samples) {
+      Sample s;
+      s.response_ids = gs.token_ids;
+      s.text = gs.text;
+      s.rollout_logprobs = gs.logprobs;
+      s.finished = gs.finish_reason == sdk::FinishReason::kStop;
+      response_tokens += static_cast<double>(gs.token_ids.size());
+      g.samples.push_back(std::move(s));
+    }
+    groups.push_back(std::move(g));
+    prompt_texts.push_back(prompts.texts[rows[i]]);
+  }
+  const auto t1 = Clock::now();
+  const ScoringStats stats = ctx.pool->score(groups, prompt_texts, *ctx.verifiers, ctx.rewards);
+  shape_rewards(groups, ctx.rewards);
+  metrics.emplace_back("time/generation", generation_s);
+  metrics.emplace_back("time/reward", seconds_since(t1));
+  metrics.emplace_back("rollout/tokens_per_second", generation_s > 0 ? response_tokens / generation_s : 0.0);
+  metrics.emplace_back("reward/verifier_calls", static_cast<double>(stats.calls));
+  for (const auto& m : ctx.backend->metrics())
+    if (m.value.defined() && m.value.numel() == 1) metrics.emplace_back(m.name, m.value.item<double>());
+  return groups;
+}
+
+sdk::SamplingParams training_sampling(const TrainerSettings& s) {
+  sdk::SamplingParams p;
+  p.temperature = s.temperature;
+  p.top_p = s.top_p;
+  p.top_k = s.top_k;
+  p.min_p = s.min_p;
+  p.max_new_tokens = s.max_new_tokens;
+  p.stop_strings = s.stop_strings;
+  return p;
+}
+
+// A batch ready for training, produced by the rollout thread.
+struct ReadyBatch {
+  std::int64_t step = 0;
+  std::int64_t policy_version = 0;
+  std::vector<Group> groups;  // zero-std groups already filtered (when configured)
+  PromptSampler::Position position_after;
+  MetricList metrics;
+};
+
+// The rollout thread: batch s is generated with policy version max(start, s - 1 - async_steps)
+// (version v = weights after v training steps), so it runs at most async_steps versions
+// behind the trainer and the version of every batch is a function of s alone.
+class RolloutWorker {
+ public:
+  RolloutWorker(RolloutContext& ctx, const PromptSet& train, PromptSampler sampler, std::int64_t start_step,
+                std::int64_t last_step)
+      : ctx_(ctx), train_(train), sampler_(std::move(sampler)), start_step_(start_step), last_step_(last_step) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~RolloutWorker() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void publish(std::int64_t version, std::shared_ptr<const NamedTensors> weights) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      snapshots_[version] = std::move(weights);
+    }
+    cv_.notify_all();
+  }
+
+  ReadyBatch next() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return !queue_.empty() || error_; });
+    if (error_) std::rethrow_exception(error_);
+    ReadyBatch b = std::move(queue_.front());
+    queue_.pop_front();
+    cv_.notify_all();
+    return b;
+  }
+
+ private:
+  void loop() {
+    try {
+      const TrainerSettings& s = *ctx_.settings;
+      for (std::int64_t step = start_step_ + 1; step <= last_step_; ++step) {
+        const std::int64_t version = std::max(start_step_, step - 1 - s.async_steps);
+        std::shared_ptr<const NamedTensors> weights;
+        {
+          std::unique_lock<std::mutex> lock(mutex_);
+          cv_.wait(lock, [&] { return stop_ || snapshots_.count(version); });
+          if (stop_) return;
+          weights = snapshots_.at(version);
+          snapshots_.erase(snapshots_.begin(), snapshots_.lower_bound(version));
+        }
+        ReadyBatch batch = produce(step, version, *weights);
+        std::lock_guard<std::mutex> lock(mutex_);
+        queue_.push_back(std::move(batch));
+        cv_.notify_all();
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error_ = std::current_exception();
+      cv_.notify_all();
+    }
+  }
+
+  ReadyBatch produce(std::int64_t step, std::int64_t version, const NamedTensors& weights) {
+    const TrainerSettings& s = *ctx_.settings;
+    ReadyBatch batch;
+    batch.step = step;
+    batch.policy_version = version;
+    std::lock_guard<std::mutex> backend_lock(ctx_.backend_mutex);
+    double sync_s = 0.0;
+    if (ctx_.backend_version != version) {
+      const auto t0 = Clock::now();
+      ctx_.backend->update_weights(weights);
+      ctx_.backend_version = version;
+      sync_s = seconds_since(t0);
+    }
+    const sdk::SamplingParams sampling = training_sampling(s);
+    ActiveSamplingBatch active(static_cast<std::size_t>(s.num_prompts));
+    std::vector<Group> all_groups;  // for the reward metrics: everything generated this step
+    MetricList gen_metrics;
+    double generation_s = 0, reward_s = 0;
+    std::int64_t attempts = 0;
+    std::vector<Group> kept;
+    std::size_t zero_std_dropped = 0;
+    for (;;) {
+      const std::vector<std::size_t> rows = sampler_.next(static_cast<std::size_t>(s.num_prompts));
+      std::vector<std::uint64_t> seeds;
+      for (std::size_t i = 0; i < rows.size(); ++i)
+        seeds.push_back(mix_seed({s.seed, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(attempts), i}));
+      MetricList m;
+      std::vector<Group> groups = generate_and_score(ctx_, train_, rows, s.group_size, sampling, seeds, version, m);
+      generation_s += metric_value(m, "time/generation");
+      reward_s += metric_value(m, "time/reward");
+      if (attempts == 0) gen_metrics = m;
+      ++attempts;
+      all_groups.insert(all_groups.end(), groups.begin(), groups.end());
+      if (!s.active_sampling) {
+        if (s.filter_zero_std) zero_std_dropped = filter_zero_std_groups(groups).dropped;
+        kept = std::move(groups);
+        break;
+      }
+      active.add(std::move(groups));
+      if (active.full() || attempts >= s.active_sampling_max_batches) {
+        if (!active.full())
+          spdlog::warn("step {}: active sampling found {} of {} groups with reward spread in {} batches "
+                       "(algorithm.active_sampling_max_batches); training on those",
+                       step, active.take().size(), s.num_prompts, attempts);
+        kept = active.take();
+        zero_std_dropped = active.zero_std_dropped();
+        break;
+      }
+    }
+    batch.position_after = sampler_.position();
+    batch.metrics = reward_metrics(all_groups);
+    for (const auto& kv : gen_metrics)
+      if (kv.first != "time/generation" && kv.first != "time/reward") batch.metrics.push_back(kv);
+    batch.metrics.emplace_back("time/generation", generation_s);
+    batch.metrics.emplace_back("time/reward", reward_s);
+    batch.metrics.emplace_back("time/weight_sync", sync_s);
+    batch.metrics.emplace_back("rollout/generation_batches", static_cast<double>(attempts));
+    batch.metrics.emplace_back("other/zero_std_groups_dropped", static_cast<double>(zero_std_dropped));
+    const double generated = static_cast<double>(all_groups.size());
+    batch.metrics.emplace_back("other/real_batch_size_ratio",
+                               generated > 0 ? static_cast<double>(kept.size()) / generated : 0.0);
+    batch.groups = std::move(kept);
+    return batch;
+  }
+
+  RolloutContext& ctx_;
+  const PromptSet& train_;
+  PromptSampler sampler_;
+  std::int64_t start_step_, last_step_;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<std::int64_t, std::shared_ptr<const NamedTensors>> snapshots_;
+  std::deque<ReadyBatch> queue_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+};
+
+// Per-token advantages of every sample (Sample::advantages) from the configured estimator.
+// With KL in the reward, token_kl[b] (the per-token kl_coef-weighted penalty source) enters
+// the token rewards first.
+MetricList compute_advantages(const sdk::AdvantageEstimator& estimator, std::vector<Group>& groups,
+                              const std::vector<std::vector<float>>* token_kl, double reward_kl_coef) {
+  std::int64_t B = 0, T = 1;
+  for (const auto& g : groups)
+    for (const auto& s : g.samples) {
+      ++B;
+      T = std::max<std::int64_t>(T, static_cast<std::int64_t>(s.response_ids.size()));
+    }
+  MetricList metrics;
+  if (B == 0) return metrics;
+  at::Tensor mask = torch::zeros({B, T}, torch::kFloat);
+  at::Tensor rewards = torch::zeros({B}, torch::kFloat);
+  at::Tensor group_ids = torch::zeros({B}, torch::kLong);
+  at::Tensor kl = token_kl ? torch::zeros({B, T}, torch::kFloat) : at::Tensor();
+  {
+    auto m = mask.accessor<float, 2>();
+    auto r = rewards.accessor<float, 1>();
+    auto gid = group_ids.accessor<std::int64_t, 1>();
+    std::int64_t b = 0;
+    for (std::size_t gi = 0; gi < groups.size(); ++gi)
+      for (const auto& s : groups[gi].samples) {
+        for (std::size_t t = 0; t < s.response_ids.size(); ++t) m[b][static_cast<std::int64_t>(t)] = 1.0f;
+        r[b] = static_cast<float>(s.reward);
+        gid[b] = static_cast<std::int64_t>(gi);
+        if (token_kl) {
+          const auto& row = (*token_kl)[static_cast<std::size_t>(b)];
+          auto k = kl.accessor<float, 2>();
+          for (std::size_t t = 0; t < row.size(); ++t) k[b][static_cast<std::int64_t>(t)] = row[t];
+        }
+        ++b;
+      }
+  }
+  sdk::AdvantageInput in;
+  in.batch.response_mask = mask;
+  in.batch.group_ids = group_ids;
+  in.rewards = rewards;
+  if (token_kl) {
+    // The sequence reward sits on the last response token (verl's token_level_scores).
+    at::Tensor token_rewards = torch::zeros({B, T}, torch::kFloat);
+    const at::Tensor last = (mask.sum(1) - 1).clamp_min(0).to(torch::kLong);
+    token_rewards.scatter_(1, last.unsqueeze(1), rewards.unsqueeze(1));
+    in.token_rewards = kl_in_token_rewards(token_rewards, kl, mask, reward_kl_coef);
+    for (auto& m : kl_reward_metrics(kl, mask, reward_kl_coef))
+      metrics.emplace_back(m.name, m.value.item<double>());
+  }
+  sdk::AdvantageOutput out = estimator.compute(in);
+  at::Tensor adv = out.advantages.detach().to(torch::kCPU, torch::kFloat).contiguous();
+  if (adv.dim() != 2 || adv.size(0) != B || adv.size(1) != T)
+    throw std::runtime_error("the advantage estimator returned a tensor of the wrong shape");
+  auto a = adv.accessor<float, 2>();
+  std::int64_t b = 0;
+  for (auto& g : groups)
+    for (auto& s : g.samples) {
+      s.advantages.assign(s.response_ids.size(), 0.0f);
+      for (std::size_t t = 0; t < s.response_ids.size(); ++t) s.advantages[t] = a[b][static_cast<std::int64_t>(t)];
+      ++b;
+    }
+  const at::Tensor valid = adv.masked_select(mask > 0);
+  if (valid.numel() > 0) {
+    metrics.emplace_back("val/advantages_mean", valid.mean().item<double>());
+    metrics.emplace_back("val/advantages_std", valid.numel() > 1 ? valid.std().item<double>() : 0.0);
+    metrics.emplace_back("val/advantages_min", valid.min().item<double>());
+    metrics.emplace_back("val/advantages_max", valid.max().item<double>());
+  }
+  for (const auto& m : out.metrics)
+    if (m.value.defined() && m.value.numel() == 1) metrics.emplace_back(m.name, m.value.item<double>());
+  return metrics;
+}
+
+// Reference = (1 - alpha) reference + alpha policy.
+void polyak_update(CausalLM& reference, CausalLM& policy, double alpha) {
+  torch::NoGradGuard no_grad;
+  auto ref = reference->named_parameters();
+  auto pol = policy->named_parameters();
+  for (const auto& p : pol) ref[p.key()].mul_(1.0 - alpha).add_(p.value(), alpha);
+}
+
+std::string format_metric(double v) {
+  std::ostringstream os;
+  os.precision(4);
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+TrainerSettings trainer_settings(const sdk::ConfigValue& root) {
+  TrainerSettings s;
+  const sdk::ConfigView run(find_config_node(root, {"run"}), "run");
+  const sdk::ConfigView rollout(find_config_node(root, {"rollout"}), "rollout");
+  const sdk::ConfigView algorithm(find_config_node(root, {"algorithm"}), "algorithm");
+  const sdk::ConfigView train(find_config_node(root, {"train"}), "train");
+  const sdk::ConfigView eval(find_config_node(root, {"eval"}), "eval");
+  const sdk::ConfigView checkpoint(find_config_node(root, {"checkpoint"}), "checkpoint");
+  const sdk::ConfigView tokenizer(find_config_node(root, {"tokenizer"}), "tokenizer");
+
+  auto at_least = [&](const char* section, const char* key, std::int64_t v, std::int64_t min) {
+    if (v < min) fail_key(root, {section, key}, "expected an integer >= " + std::to_string(min) + ", got " + std::to_string(v));
+    return v;
+  };
+  s.run_dir = run.get_string("output_dir", "runs/grpo");
+  s.seed = static_cast<std::uint64_t>(run.get_int("seed", 1));
+  s.resume = run.get_bool("resume", false);
+  s.steps = at_least("train", "steps", train.get_int("steps", s.steps), 1);
+
+  s.num_prompts = at_least("rollout", "num_unique_prompts", rollout.get_int("num_unique_prompts", s.num_prompts), 1);
+  s.group_size = at_least("rollout", "num_samples_per_prompt", rollout.get_int("num_samples_per_prompt", s.group_size), 1);
+  s.temperature = rollout.get_double("temperature", s.temperature);
+  s.top_p = rollout.get_double("top_p", s.top_p);
+  s.top_k = rollout.get_int("top_k", s.top_k);
+  s.min_p = rollout.get_double("min_p", s.min_p);
+  s.max_new_tokens = at_least("rollout", "max_new_tokens", rollout.get_int("max_new_tokens", s.max_new_tokens), 1);
+  s.max_prompt_tokens = at_least("rollout", "max_prompt_tokens", rollout.get_int("max_prompt_tokens", s.max_prompt_tokens), 1);
+  s.stop_strings = rollout.get_string_list("stop_strings", {});
+  s.async_steps = at_least("rollout", "async_steps", rollout.get_int("async_steps", s.async_steps), 0);
+  for (const auto& p : sdk::sampling_problems(training_sampling(s), s.group_size))
+    fail_key(root, {"rollout", p.field == "n" ? "num_samples_per_prompt" : p.field.c_str()}, p.message);
+  if (s.temperature == 0.0)
+    fail_key(root, {"rollout", "temperature"}, "training rollouts need temperature > 0 (a greedy group has no spread to learn from)");
+
+  s.filter_zero_std = algorithm.get_bool("filter_zero_std_groups", true);
+  s.active_sampling = algorithm.get_bool("active_sampling", false);
+  s.active_sampling_max_batches =
+      at_least("algorithm", "active_sampling_max_batches", algorithm.get_int("active_sampling_max_batches", 4), 1);
+  if (s.active_sampling && !s.filter_zero_std)
+    fail_key(root, {"algorithm", "active_sampling"}, "active sampling refills zero-std groups; it needs algorithm.filter_zero_std_groups: true");
+
+  const AlgorithmSettings algo = algorithm_settings(root);
+  UpdateOptions& u = s.update;
+  u.num_epochs = at_least("train", "num_epochs", train.get_int("num_epochs", 1), 1);
+  u.num_mini_batches = at_least("train", "num_mini_batches", train.get_int("num_mini_batches", 1), 1);
+  if (u.num_mini_batches > s.num_prompts)
+    fail_key(root, {"train", "num_mini_batches"}, "mini-batches hold whole groups: at most rollout.num_unique_prompts = " +
+                                                       std::to_string(s.num_prompts) + ", got " + std::to_string(u.num_mini_batches));
+  u.rows_per_micro_batch = at_least("train", "per_device_train_batch_size", train.get_int("per_device_train_batch_size", 1), 1);
+  u.pack_length = at_least("train", "pack_length", train.get_int("pack_length", 2048), 1);
+  if (u.pack_length < s.max_prompt_tokens + s.max_new_tokens)
+    fail_key(root, {"train", "pack_length"},
+             std::to_string(u.pack_length) + " cannot hold one sequence of rollout.max_prompt_tokens + rollout.max_new_tokens = " +
+                 std::to_string(s.max_prompt_tokens) + " + " + std::to_string(s.max_new_tokens) + " = " +
+                 std::to_string(s.max_prompt_tokens + s.max_new_tokens) + " tokens");
+  u.temperature = s.temperature;
+  u.logprob_chunk_tokens = at_least("train", "logprob_chunk_tokens", train.get_int("logprob_chunk_tokens", 1024), 1);
+  const std::string old = train.get_choice("old_logprobs", "auto", {"auto", "recompute", "rollout"});
+  u.old_logprobs = old == "recompute" ? OldLogprobSource::kRecompute
+                   : old == "rollout" ? OldLogprobSource::kRollout
+                                      : OldLogprobSource::kAuto;
+  u.aggregation = algo.loss_aggregation;
+  u.max_response_len = s.max_new_tokens;
+  u.kl = algo.kl;
+  u.mismatch = algo.mismatch;
+  s.optimizer = optimizer_settings(root);
+  u.max_grad_norm = s.optimizer.max_grad_norm;
+  s.ref_update_freq = at_least("train", "ref_update_freq", train.get_int("ref_update_freq", 0), 0);
+  s.ref_update_alpha = train.get_double("ref_update_alpha", 0.6);
+  if (!(s.ref_update_alpha > 0.0 && s.ref_update_alpha <= 1.0))
+    fail_key(root, {"train", "ref_update_alpha"}, "expected a number in (0, 1]");
+  s.max_nonfinite_steps = at_least("train", "max_nonfinite_steps", train.get_int("max_nonfinite_steps", 3), 1);
+
+  s.eval_every = at_least("eval", "every", eval.get_int("every", 0), 0);
+  s.eval_at_start = eval.get_bool("at_start", true);
+  s.eval_num_samples = at_least("eval", "num_samples", eval.get_int("num_samples", 1), 1);
+  s.eval_pass_k = at_least("eval", "pass_k", eval.get_int("pass_k", 1), 1);
+  if (s.eval_pass_k > s.eval_num_samples)
+    fail_key(root, {"eval", "pass_k"}, "pass@" + std::to_string(s.eval_pass_k) + " needs eval.num_samples >= " +
+                                           std::to_string(s.eval_pass_k) + ", got " + std::to_string(s.eval_num_samples));
+  s.eval_temperature = eval.get_double("temperature", 0.0);
+  if (!std::isfinite(s.eval_temperature) || s.eval_temperature < 0)
+    fail_key(root, {"eval", "temperature"}, "expected a finite number >= 0 (0 = greedy)");
+  s.eval_max_prompts = at_least("eval", "max_prompts", eval.get_int("max_prompts", 0), 0);
+
+  s.save_freq = at_least("checkpoint", "save_freq", checkpoint.get_int("save_freq", 0), 0);
+  s.keep_last = at_least("checkpoint", "keep_last", checkpoint.get_int("keep_last", 2), 0);
+  s.chat_template_name = tokenizer.get_string("chat_template_name", "chatml");
+  return s;
+}
+
+void run_training(const sdk::ConfigValue& config, RuntimeComponents& components, LoadedPolicy& policy,
+                  const PolicySpec& policy_spec) {
+  const TrainerSettings s = trainer_settings(config);
+
+  // ---- Everything that can fail is checked before the first step.
+  if (!policy.model.model) fail_key(config, {"model", "path"}, "training needs a policy model (set model.path)");
+  if (!policy.tokenizer) fail_key(config, {"tokenizer", "path"}, "training needs a tokenizer");
+  const auto backend = component_of<sdk::RolloutBackend>(components, sdk::ComponentKind::kRolloutBackend);
+  const auto advantage = component_of<sdk::AdvantageEstimator>(components, sdk::ComponentKind::kAdvantage);
+  const auto loss = component_of<sdk::PolicyLoss>(components, sdk::ComponentKind::kPolicyLoss);
+  const auto kl_estimator = component_of<sdk::KlEstimator>(components, sdk::ComponentKind::kKlEstimator);
+  if (!backend) fail_key(config, {"rollout", "backend"}, "training needs a rollout backend (e.g. native)");
+  if (!advantage)
+    fail_key(config, {"algorithm", "advantage"}, "training needs an advantage estimator (e.g. grpo; or --config configs/algorithms/grpo.yaml)");
+  if (!loss) fail_key(config, {"algorithm", "policy_loss"}, "training needs a policy loss (e.g. ppo_clip)");
+  if (components.verifiers.empty()) fail_key(config, {"verifiers"}, "training needs at least one verifier");
+
+  const DataOptions data = data_options(config);
+  if (data.train.empty()) fail_key(config, {"data", "train"}, "training needs data: add a JSONL file to data.train");
+  RewardOptions reward_opts = reward_options(config);
+  DataLoadReport train_report, eval_report;
+  PromptSet train = tokenize_prompts(load_mixture(data.train, data, s.seed, &train_report), *policy.tokenizer, s, "training");
+  if (train.examples.empty())
+    fail_key(config, {"data", "train"}, "no training rows left after filtering (prompts longer than rollout.max_prompt_tokens = " +
+                                            std::to_string(s.max_prompt_tokens) + " are dropped)");
+  PromptSet eval;
+  if (!data.eval.empty()) {
+    eval = tokenize_prompts(load_mixture(data.eval, data, s.seed, &eval_report), *policy.tokenizer, s, "eval");
+    if (eval.examples.empty()) fail_key(config, {"data", "eval"}, "no eval rows left after filtering");
+    if (s.eval_max_prompts > 0 && static_cast<std::int64_t>(eval.examples.size()) > s.eval_max_prompts) {
+      eval.examples.resize(static_cast<std::size_t>(s.eval_max_prompts));
+      eval.ids.resize(static_cast<std::size_t>(s.eval_max_prompts));
+      eval.texts.resize(static_cast<std::size_t>(s.eval_max_prompts));
+    }
+  }
+  try {
+    check_verifier_labels(train.examples, components.verifiers, reward_opts);
+    check_verifier_labels(eval.examples, components.verifiers, reward_opts);
+  } catch (const std::invalid_argument& e) {
+    fail_key(config, {"verifiers"}, e.what());
+  }
+  spdlog::info("data: {} training rows ({} bad rows skipped), {} eval rows", train.examples.size(),
+               train_report.bad_rows_skipped, eval.examples.size());
+
+  CausalLM model = policy.model.model;
+  const torch::Dtype dtype = dtype_from_name(policy_spec.dtype, "model.dtype");
+  CausalLM reference{nullptr};
+  if (needs_reference_model(s.update.kl)) {
+    reference = load_model(policy_spec.model_path, dtype).model;
+    reference->eval();
+    for (auto& p : reference->parameters()) p.set_requires_grad(false);
+    spdlog::info("reference model loaded (algorithm.kl_coef = {})", s.update.kl.kl_coef);
+  }
+  model->train();
+  auto optimizer = make_adamw(*model, s.optimizer);
+  const std::int64_t total_optimizer_steps = s.steps * s.update.num_epochs * s.update.num_mini_batches;
+
+  // ---- Resume.
+  TrainerState state;
+  state.seed = s.seed;
+  state.async_steps = s.async_steps;
+  CheckpointContents contents;
+  contents.policy = &model;
+  contents.optimizer = optimizer.get();
+  contents.reference = (reference && s.ref_update_freq > 0) ? &reference : nullptr;
+  contents.tokenizer = &*policy.tokenizer;
+  contents.chat_template_name = s.chat_template_name;
+  contents.generation_config_json = policy.model.generation_config_json;
+  if (s.resume) {
+    const auto latest = latest_checkpoint(s.run_dir);
+    if (!latest) {
+      spdlog::warn("--resume: no complete checkpoint in {}; starting from step 0", checkpoint_root(s.run_dir));
+    } else {
+      state = load_checkpoint(*latest, contents);
+      if (state.seed != s.seed)
+        fail_key(config, {"run", "seed"}, "the checkpoint " + *latest + " was written with run.seed " +
+                                              std::to_string(state.seed) + "; resume with the same seed");
+      if (state.step >= s.steps) {
+        spdlog::info("resume: {} is at step {} of {}; nothing left to train", *latest, state.step, s.steps);
+        return;
+      }
+      spdlog::info("resumed from {} (step {}, optimizer step {}, data epoch {} offset {})", *latest, state.step,
+                   state.optimizer_steps, state.data.epoch, state.data.offset);
+    }
+  }
+  state.async_steps = s.async_steps;
+  MetricsLog metrics_log((std::filesystem::path(s.run_dir) / "metrics.jsonl").string(), s.resume ? state.step : -1);
+
+  PromptSampler sampler(train.examples.size(), s.seed, data.shuffle);
+  sampler.set_position(state.data);
+  VerifierPool pool(reward_opts.num_threads, reward_opts.timeout_s);
+  RolloutContext ctx;
+  ctx.settings = &s;
+  ctx.backend = backend.get();
+  ctx.verifiers = &components.verifiers;
+  ctx.rewards = reward_opts;
+  ctx.pool = &pool;
+
+  auto evaluate = [&](std::int64_t step) -> MetricList {
+    MetricList out;
+    if (eval.examples.empty()) return out;
+    const auto t0 = Clock::now();
+    std::lock_guard<std::mutex> lock(ctx.backend_mutex);
+    backend->update_weights(weight_snapshot(model));
+    ctx.backend_version = -2;  // the trainer's current weights, not a published version
+    sdk::SamplingParams sampling = training_sampling(s);
+    sampling.temperature = s.eval_temperature;
+    sampling.top_p = s.eval_temperature > 0 ? s.top_p : 1.0;
+    std::vector<std::size_t> rows(eval.examples.size());
+    std::vector<std::uint64_t> seeds(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      rows[i] = i;
+      seeds[i] = mix_seed({s.seed, 0xE7A1ULL, i});  // the same samples at every evaluation
+    }
+    MetricList gen;
+    std::vector<Group> groups = generate_and_score(ctx, eval, rows, s.eval_num_samples, sampling, seeds, step, gen);
+    for (const auto& [name, value] : reward_metrics(groups)) {
+      std::string n = name;
+      for (const char* prefix : {"objective/", "val/"})
+        if (n.rfind(prefix, 0) == 0) n = n.substr(std::string(prefix).size());
+      out.emplace_back("eval/" + n, value);
+    }
+    double pass = 0;
+    for (const auto& g : groups) {
+      std::int64_t c = 0;
+      for (const auto& smp : g.samples) c += smp.correct ? 1 : 0;
+      pass += pass_at_k(static_cast<std::int64_t>(g.samples.size()), c, s.eval_pass_k);
+    }
+    out.emplace_back("eval/pass_at_" + std::to_string(s.eval_pass_k), pass / static_cast<double>(groups.size()));
+    out.emplace_back("eval/prompts", static_cast<double>(groups.size()));
+    out.emplace_back("time/eval", seconds_since(t0));
+    spdlog::info("eval at step {}: correct rate {:.4f}, mean score {:.4f}, pass@{} {:.4f} ({} prompts)", step,
+                 metric_value(out, "eval/verifiable_correct_rate"), metric_value(out, "eval/scores"), s.eval_pass_k,
+                 pass / static_cast<double>(groups.size()), groups.size());
+    return out;
+  };
+
+  auto save = [&](const char* why) {
+    const auto t0 = Clock::now();
+    save_checkpoint(s.run_dir, state, contents, s.keep_last);
+    spdlog::info("checkpoint {} ({}, {:.2f} s)", checkpoint_path(s.run_dir, state.step), why, seconds_since(t0));
+  };
+
+  UpdateComponents update_components;
+  update_components.policy_loss = loss.get();
+  update_components.kl_estimator = kl_estimator.get();
+  update_components.reference = reference;
+  set_learning_rate(*optimizer, s.optimizer.learning_rate * lr_factor(s.optimizer, state.optimizer_steps, total_optimizer_steps));
+  auto after_optimizer_step = [&] {
+    ++state.optimizer_steps;
+    set_learning_rate(*optimizer, s.optimizer.learning_rate * lr_factor(s.optimizer, state.optimizer_steps, total_optimizer_steps));
+  };
+
+  MetricList pending_eval;
+  if (s.eval_at_start && state.step == 0 && !eval.examples.empty()) pending_eval = evaluate(0);
+  if (!pending_eval.empty()) metrics_log.write(0, pending_eval);
+
+  spdlog::info("training: steps {}..{}, {} prompts x {} samples per step, async_steps {}", state.step + 1, s.steps,
+               s.num_prompts, s.group_size, s.async_steps);
+  RolloutWorker worker(ctx, train, sampler, state.step, s.steps);
+  worker.publish(state.step, std::make_shared<const NamedTensors>(weight_snapshot(model)));
+
+  while (state.step < s.steps) {
+    const auto step_t0 = Clock::now();
+    ReadyBatch batch = worker.next();
+    const double waiting_s = seconds_since(step_t0);
+    const std::int64_t step = state.step + 1;
+    MetricList m = std::move(batch.metrics);
+    const std::int64_t staleness = state.step - batch.policy_version;
+    m.emplace_back("rollout/staleness", static_cast<double>(staleness));
+    if (staleness > s.async_steps) {
+      // Cannot happen with the version rule above; kept as the guard the docs promise.
+      ++state.stale_batches_dropped;
+      batch.groups.clear();
+    }
+    m.emplace_back("rollout/stale_batches_dropped", static_cast<double>(state.stale_batches_dropped));
+
+    const auto train_t0 = Clock::now();
+    std::vector<Group>& groups = batch.groups;
+    UpdateResult result;
+    if (!groups.empty()) {
+      std::vector<std::vector<float>> token_kl;
+      const bool kl_in_reward = needs_reference_model(s.update.kl) && s.update.kl.kl_in_reward;
+      if (kl_in_reward) {
+        // kl(old, ref) per token, no gradient: the penalty the token rewards carry.
+        const auto old_lp = sample_logprobs(model, groups, s.update);
+        const auto ref_lp = sample_logprobs(reference, groups, s.update);
+        for (std::size_t i = 0; i < old_lp.size(); ++i) {
+          const auto n = static_cast<std::int64_t>(old_lp[i].size());
+          at::Tensor o = torch::tensor(old_lp[i]).view({1, n});
+          at::Tensor r = torch::tensor(ref_lp[i]).view({1, n});
+          at::Tensor k = kl_estimator->compute(o, r).to(torch::kFloat).contiguous();
+          token_kl.emplace_back(k.data_ptr<float>(), k.data_ptr<float>() + n);
+        }
+      }
+      for (auto& kv : compute_advantages(*advantage, groups, kl_in_reward ? &token_kl : nullptr, reward_kl_coef(s.update.kl)))
+        m.push_back(kv);
+      UpdateOptions u = s.update;
+      u.stale = staleness > 0;
+      result = update_policy(model, *optimizer, after_optimizer_step, groups, update_components, u);
+      for (auto& kv : result.metrics) m.push_back(kv);
+    } else {
+      spdlog::warn("step {}: no group with reward spread; no update this step", step);
+    }
+    const double training_s = seconds_since(train_t0);
+
+    state.step = step;
+    state.data = batch.position_after;
+    if (result.skipped_nonfinite > 0 && result.last_step_nonfinite)
+      state.consecutive_nonfinite += result.skipped_nonfinite;
+    else if (result.optimizer_steps > 0)
+      state.consecutive_nonfinite = 0;
+    if (s.ref_update_freq > 0 && reference && step % s.ref_update_freq == 0) polyak_update(reference, model, s.ref_update_alpha);
+
+    const auto sync_t0 = Clock::now();
+    worker.publish(step, std::make_shared<const NamedTensors>(weight_snapshot(model)));
+    const double snapshot_s = seconds_since(sync_t0);
+
+    m.emplace_back("lr", s.optimizer.learning_rate * lr_factor(s.optimizer, state.optimizer_steps, total_optimizer_steps));
+    m.emplace_back("time/training", training_s);
+    m.emplace_back("time/waiting", waiting_s);
+    m.emplace_back("time/weight_snapshot", snapshot_s);
+    m.emplace_back("time/step", seconds_since(step_t0));
+    m.emplace_back("train/consecutive_nonfinite", static_cast<double>(state.consecutive_nonfinite));
+    double train_tokens = 0;
+    for (const auto& g : groups)
+      for (const auto& smp : g.samples) train_tokens += static_cast<double>(g.prompt_ids.size() + smp.response_ids.size());
+    m.emplace_back("train/tokens_per_second", training_s > 0 ? train_tokens / training_s : 0.0);
+    m.emplace_back("epoch", static_cast<double>(state.data.epoch) +
+                                static_cast<double>(state.data.offset) / static_cast<double>(train.examples.size()));
+
+    const bool last = step == s.steps;
+    if (!eval.examples.empty() && (last || (s.eval_every > 0 && step % s.eval_every == 0)))
+      for (auto& kv : evaluate(step)) m.push_back(kv);
+    metrics_log.write(step, m);
+    spdlog::info("step {}/{} | reward {} | correct {} | loss {} | kl {} | groups {} | {:.2f} s", step, s.steps,
+                 format_metric(metric_value(m, "objective/scores")),
+                 format_metric(metric_value(m, "objective/verifiable_correct_rate")),
+                 format_metric(metric_value(m, "loss/policy_avg")), format_metric(metric_value(m, "objective/kl")),
+                 groups.size(), metric_value(m, "time/step"));
+
+    if (state.consecutive_nonfinite >= s.max_nonfinite_steps) {
+      save("after non-finite steps");
+      throw std::runtime_error("stopping: " + std::to_string(state.consecutive_nonfinite) +
+                               " optimizer steps in a row had a non-finite loss or gradient (train.max_nonfinite_steps = " +
+                               std::to_string(s.max_nonfinite_steps) + "); the last checkpoint is " +
+                               checkpoint_path(s.run_dir, state.step) + ". Lower train.learning_rate or check the rewards.");
+    }
+    if (last || (s.save_freq > 0 && step % s.save_freq == 0)) save(last ? "final" : "save_freq");
+  }
+  spdlog::info("training done: {} steps; metrics in {}", s.steps, metrics_log.path());
+}
+
+}  // namespace grpo::core

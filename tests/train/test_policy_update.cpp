@@ -1,0 +1,420 @@
+// The policy update (core/train/policy_update.h) on a tiny model with plain SGD, so that the
+// step is checkable: an SGD step equals -lr times the gradient of the GRPO objective written
+// out from the formula on full logits; mini-batches make optimizer steps; the first pass is
+// on-policy (ratio exactly 1); untrainable samples and non-finite steps leave the weights
+// alone; KL against an identical reference is 0; and the result does not depend on the
+// number of rows per micro-batch (global denominators).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/model/transformer.h"
+#include "core/train/policy_update.h"
+#include "grpo/sdk/torch/kl_estimator.h"
+#include "grpo/sdk/torch/policy_loss.h"
+#include "tests/support/build_plugins.h"
+#include "tests/support/error_of.h"
+
+namespace {
+
+using grpo::core::AttentionLayout;
+using grpo::core::CausalLM;
+using grpo::core::Group;
+using grpo::core::LossAggregation;
+using grpo::core::OldLogprobSource;
+using grpo::core::Sample;
+using grpo::core::UpdateComponents;
+using grpo::core::UpdateOptions;
+using grpo::core::UpdateResult;
+using grpo::testing::error_of;
+
+CausalLM tiny_model(std::uint64_t seed) {
+  grpo::core::ModelConfig c;
+  c.architecture = grpo::core::ModelArchitecture::Qwen2;
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.max_position_embeddings = 64;
+  c.qkv_bias = true;
+  CausalLM model(c);
+  model->init_weights(0.2, seed);
+  return model;
+}
+
+const grpo::sdk::PolicyLoss& ppo_clip() {
+  static const auto loss = grpo::testing::create_component<grpo::sdk::PolicyLoss>("ppo_clip", {}, "algorithm.policy_loss");
+  return *loss;
+}
+
+const grpo::sdk::KlEstimator& k3() {
+  static const auto kl = grpo::testing::create_component<grpo::sdk::KlEstimator>("k3", {}, "algorithm.kl_estimator");
+  return *kl;
+}
+
+Sample sample(std::vector<std::int64_t> response, float advantage, bool trainable = true) {
+  Sample s;
+  s.advantages.assign(response.size(), advantage);
+  s.response_ids = std::move(response);
+  s.trainable = trainable;
+  return s;
+}
+
+Group group(std::vector<std::int64_t> prompt, std::vector<Sample> samples) {
+  Group g;
+  g.prompt_ids = std::move(prompt);
+  g.samples = std::move(samples);
+  return g;
+}
+
+UpdateComponents components() {
+  UpdateComponents c;
+  c.policy_loss = &ppo_clip();
+  return c;
+}
+
+UpdateOptions options(std::int64_t pack_length = 32) {
+  UpdateOptions o;
+  o.pack_length = pack_length;
+  o.max_grad_norm = 0.0;  // no clipping: the SGD arithmetic stays plain
+  o.max_response_len = 8;
+  return o;
+}
+
+std::vector<torch::Tensor> snapshot(const CausalLM& model) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+double max_param_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double m = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, (a[i].to(torch::kDouble) - b[i].to(torch::kDouble)).abs().max().item<double>());
+  return m;
+}
+
+double metric(const UpdateResult& r, const std::string& name) {
+  for (const auto& [k, v] : r.metrics)
+    if (k == name) return v;
+  ADD_FAILURE() << "no metric " << name;
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+bool has_metric(const UpdateResult& r, const std::string& name) {
+  for (const auto& kv : r.metrics)
+    if (kv.first == name) return true;
+  return false;
+}
+
+struct UpdateRun {
+  UpdateResult result;
+  int callbacks = 0;
+};
+
+UpdateRun sgd_update(CausalLM& model, const std::vector<Group>& groups, const UpdateOptions& o, double lr,
+               const UpdateComponents& c = components()) {
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(lr));
+  UpdateRun run;
+  run.result = grpo::core::update_policy(model, sgd, [&] { ++run.callbacks; }, groups, c, o);
+  return run;
+}
+
+double sum_of(const std::vector<float>& v) {
+  double s = 0.0;
+  for (float x : v) s += x;
+  return s;
+}
+
+// A batch of 3 groups x 3 samples with varied lengths and random per-token advantages.
+std::vector<Group> varied_groups(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> adv(-1.0f, 1.0f);
+  std::vector<Group> groups;
+  for (int g = 0; g < 3; ++g) {
+    Group grp;
+    for (int t = 0; t < 2 + 2 * g; ++t) grp.prompt_ids.push_back(static_cast<std::int64_t>(rng() % 64));
+    for (int s = 0; s < 3; ++s) {
+      Sample smp;
+      for (int t = 0; t < 1 + (g * 3 + s * 2) % 6; ++t) {
+        smp.response_ids.push_back(static_cast<std::int64_t>(rng() % 64));
+        smp.advantages.push_back(adv(rng));
+      }
+      grp.samples.push_back(smp);
+    }
+    groups.push_back(grp);
+  }
+  return groups;
+}
+
+TEST(PolicyUpdate, SgdStepIsMinusLrTimesTheObjectivesGradient) {
+  // ppo_clip at ratio 1 (on-policy first pass), token-mean over N = 5 response tokens: the
+  // gradient is that of -(1/N) sum_t A_t logp_t. Computed here from full logits per sequence.
+  const std::vector<Group> groups = {group({1, 2, 3}, {sample({4, 5, 6}, 1.0f), sample({7, 8}, -1.0f)})};
+  const double lr = 0.5;
+  CausalLM expected_model = tiny_model(1);
+  {
+    torch::Tensor objective = torch::zeros({});
+    for (const Sample& s : groups[0].samples) {
+      std::vector<std::int64_t> ids = groups[0].prompt_ids;
+      ids.insert(ids.end(), s.response_ids.begin(), s.response_ids.end());
+      const auto n = static_cast<std::int64_t>(ids.size());
+      const torch::Tensor logsm = torch::log_softmax(
+          expected_model->forward(torch::tensor(ids).view({1, n}), AttentionLayout::padded(torch::ones({1, n}, torch::kLong)))[0], -1);
+      for (std::size_t j = 0; j < s.response_ids.size(); ++j)
+        objective = objective - s.advantages[j] * logsm[static_cast<std::int64_t>(2 + j)][s.response_ids[j]] / 5.0;
+    }
+    objective.backward();
+    torch::NoGradGuard no_grad;
+    for (auto& p : expected_model->parameters()) p.sub_(lr * p.grad());
+  }
+
+  CausalLM model = tiny_model(1);
+  const auto before = grpo::core::sample_logprobs(model, groups, options());
+  const UpdateRun run = sgd_update(model, groups, options(), lr);
+  EXPECT_LT(max_param_diff(snapshot(model), snapshot(expected_model)), 1e-5);
+  EXPECT_EQ(run.result.optimizer_steps, 1);
+  EXPECT_EQ(run.callbacks, 1);
+  // loss/policy_avg: token mean of -A * ratio = -(3 * 1 + 2 * (-1)) / 5 = -0.2.
+  EXPECT_NEAR(metric(run.result, "loss/policy_avg"), -0.2, 1e-6);
+  EXPECT_NEAR(metric(run.result, "loss/total_avg"), -0.2, 1e-6);
+  EXPECT_EQ(metric(run.result, "loss/kl_avg"), 0.0);
+  EXPECT_GT(metric(run.result, "optimizer/grad_norm"), 0.0);
+  EXPECT_GT(metric(run.result, "objective/entropy"), 0.0);
+
+  const auto after = grpo::core::sample_logprobs(model, groups, options());
+  EXPECT_GT(sum_of(after[0]), sum_of(before[0]) + 1e-3) << "positive advantage: log-prob goes up";
+  EXPECT_LT(sum_of(after[1]), sum_of(before[1]) - 1e-3) << "negative advantage: log-prob goes down";
+}
+
+TEST(PolicyUpdate, MiniBatchesMakeOptimizerSteps) {
+  const std::vector<Group> groups = varied_groups(2);  // 3 groups
+  UpdateOptions o = options();
+  o.num_mini_batches = 2;  // groups {0, 1} and {2}
+  CausalLM model = tiny_model(2);
+  const UpdateRun two = sgd_update(model, groups, o, 0.1);
+  EXPECT_EQ(two.result.optimizer_steps, 2);
+  EXPECT_EQ(two.callbacks, 2);
+  EXPECT_EQ(metric(two.result, "train/optimizer_steps"), 2.0);
+  EXPECT_EQ(metric(two.result, "train/skipped_nonfinite"), 0.0);
+  // The second mini-batch sees weights after the first step: its ratio is not all 1.
+  EXPECT_GT(metric(two.result, "val/ratio_var"), 0.0);
+
+  o.num_epochs = 2;
+  const UpdateRun four = sgd_update(model, groups, o, 0.1);
+  EXPECT_EQ(four.result.optimizer_steps, 4);
+  EXPECT_EQ(four.callbacks, 4);
+}
+
+TEST(PolicyUpdate, FirstPassRatioIsExactlyOneOnPolicy) {
+  std::vector<Group> groups = varied_groups(3);
+  CausalLM model = tiny_model(3);
+  // The backend's log-probs, here the trainer's own: no rollout/trainer mismatch.
+  const auto rollout = grpo::core::sample_logprobs(model, groups, options());
+  std::size_t i = 0;
+  for (auto& g : groups)
+    for (auto& s : g.samples) s.rollout_logprobs = rollout[i++];
+  const UpdateRun run = sgd_update(model, groups, options(), 0.1);
+  EXPECT_EQ(metric(run.result, "val/ratio"), 1.0);
+  EXPECT_EQ(metric(run.result, "val/ratio_var"), 0.0);
+  EXPECT_EQ(metric(run.result, "policy/clipfrac_avg"), 0.0);
+  EXPECT_LT(metric(run.result, "sampling/sampling_logp_difference/mean"), 1e-6);
+  EXPECT_LT(metric(run.result, "sampling/sampling_logp_difference/max"), 1e-6);
+  EXPECT_FALSE(has_metric(run.result, "objective/kl")) << "no reference, no KL metric";
+  for (const char* name : {"other/packed_ratio", "other/pack_utilization", "train/micro_batches"})
+    EXPECT_GT(metric(run.result, name), 0.0) << name;
+}
+
+TEST(PolicyUpdate, OldLogprobSourcesAndMismatchWeights) {
+  // Every advantage 1: on the first pass ppo_clip's per-token loss is -ratio.
+  std::vector<Group> groups = varied_groups(11);
+  for (auto& g : groups)
+    for (auto& s : g.samples) s.advantages.assign(s.response_ids.size(), 1.0f);
+  // The backend's log-probs 0.1 below the trainer's: old - rollout = 0.1 on every token.
+  {
+    CausalLM model = tiny_model(11);
+    const auto lp = grpo::core::sample_logprobs(model, groups, options());
+    std::size_t i = 0;
+    for (auto& g : groups)
+      for (auto& s : g.samples) {
+        s.rollout_logprobs = lp[i++];
+        for (float& x : s.rollout_logprobs) x -= 0.1f;
+      }
+  }
+  const double e01 = std::exp(0.1);
+  {
+    // rollout: old = backend's, ratio = exp(0.1) everywhere; no mismatch between old and rollout.
+    UpdateOptions o = options();
+    o.old_logprobs = OldLogprobSource::kRollout;
+    CausalLM model = tiny_model(11);
+    const UpdateRun run = sgd_update(model, groups, o, 0.1);
+    EXPECT_NEAR(metric(run.result, "val/ratio"), e01, 1e-5);
+    EXPECT_NEAR(metric(run.result, "val/ratio_var"), 0.0, 1e-9);
+    EXPECT_NEAR(metric(run.result, "sampling/sampling_logp_difference/mean"), 0.0, 1e-9);
+  }
+  {
+    // recompute (stale rollouts force it under auto): old = the trainer's, ratio 1 up to rounding.
+    UpdateOptions o = options();
+    o.stale = true;
+    CausalLM model = tiny_model(11);
+    const UpdateRun run = sgd_update(model, groups, o, 0.1);
+    EXPECT_NEAR(metric(run.result, "val/ratio"), 1.0, 1e-6);
+    EXPECT_NEAR(metric(run.result, "sampling/sampling_logp_difference/mean"), 0.1, 1e-5);
+    EXPECT_NEAR(metric(run.result, "sampling/sampling_logp_difference/max"), 0.1, 1e-5);
+  }
+  {
+    // Token truncation at 2: rho = exp(0.1) < 2 multiplies every token's -1: loss/policy_avg = -exp(0.1).
+    UpdateOptions o = options();
+    o.mismatch.mode = grpo::core::MismatchMode::kTokenTruncate;
+    CausalLM model = tiny_model(11);
+    const UpdateRun run = sgd_update(model, groups, o, 0.1);
+    EXPECT_EQ(metric(run.result, "val/ratio"), 1.0);
+    EXPECT_NEAR(metric(run.result, "loss/policy_avg"), -e01, 1e-5);
+    EXPECT_NEAR(metric(run.result, "sampling/is_weight/mean"), e01, 1e-5);
+    EXPECT_EQ(metric(run.result, "sampling/is_truncated_frac"), 0.0);
+  }
+}
+
+TEST(PolicyUpdate, UntrainableSamplesGetNoGradient) {
+  // Only untrainable samples (mask_truncated_completions): nothing moves, no optimizer step.
+  {
+    const std::vector<Group> groups = {group({1, 2}, {sample({3, 4}, 1.0f, false), sample({5}, -1.0f, false)})};
+    CausalLM model = tiny_model(4);
+    const auto before = snapshot(model);
+    const UpdateRun run = sgd_update(model, groups, options(), 0.5);
+    EXPECT_EQ(max_param_diff(snapshot(model), before), 0.0);
+    EXPECT_EQ(run.result.optimizer_steps, 0);
+    EXPECT_EQ(run.callbacks, 0);
+  }
+  // An untrainable sample with a large advantage next to a trainable one changes nothing.
+  const std::vector<Group> with = {group({1, 2}, {sample({3, 4}, 1.0f), sample({5, 6, 7}, 50.0f, false)})};
+  const std::vector<Group> without = {group({1, 2}, {sample({3, 4}, 1.0f)})};
+  CausalLM a = tiny_model(4), b = tiny_model(4);
+  sgd_update(a, with, options(), 0.5);
+  sgd_update(b, without, options(), 0.5);
+  EXPECT_LT(max_param_diff(snapshot(a), snapshot(b)), 1e-7);
+  EXPECT_GT(max_param_diff(snapshot(a), snapshot(tiny_model(4))), 1e-4) << "the trainable sample did update";
+}
+
+TEST(PolicyUpdate, NonFiniteStepIsSkipped) {
+  std::vector<Group> groups = varied_groups(5);
+  groups[1].samples[0].advantages[0] = std::numeric_limits<float>::quiet_NaN();
+  CausalLM model = tiny_model(5);
+  const auto before = snapshot(model);
+  torch::optim::AdamW adamw(model->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+  int callbacks = 0;
+  const UpdateResult r = grpo::core::update_policy(model, adamw, [&] { ++callbacks; }, groups, components(), options());
+  EXPECT_EQ(max_param_diff(snapshot(model), before), 0.0);
+  EXPECT_EQ(r.optimizer_steps, 0);
+  EXPECT_EQ(r.skipped_nonfinite, 1);
+  EXPECT_TRUE(r.last_step_nonfinite);
+  EXPECT_EQ(callbacks, 0);
+  EXPECT_EQ(metric(r, "train/skipped_nonfinite"), 1.0);
+}
+
+TEST(PolicyUpdate, KlAgainstIdenticalReferenceIsZero) {
+  const std::vector<Group> groups = varied_groups(6);
+  UpdateOptions o = options();
+  o.kl.kl_coef = 0.1;
+  UpdateComponents c = components();
+  c.kl_estimator = &k3();
+  c.reference = tiny_model(6);  // same seed: the policy's weights
+  for (auto& p : c.reference->parameters()) p.set_requires_grad(false);
+  CausalLM model = tiny_model(6);
+  const UpdateRun run = sgd_update(model, groups, o, 0.5, c);
+  for (const char* name : {"objective/kl", "objective/kl_k1", "objective/kl_k2", "objective/kl_k3", "loss/kl_avg"})
+    EXPECT_NEAR(metric(run.result, name), 0.0, 1e-7) << name;
+  // k3's gradient at logp == ref is 0: the step equals the one without KL.
+  CausalLM plain = tiny_model(6);
+  sgd_update(plain, groups, options(), 0.5);
+  EXPECT_LT(max_param_diff(snapshot(model), snapshot(plain)), 1e-6);
+}
+
+TEST(PolicyUpdate, KlMetricsAgainstAnotherReference) {
+  const std::vector<Group> groups = varied_groups(7);
+  UpdateOptions o = options();
+  o.kl.kl_coef = 0.5;
+  UpdateComponents c = components();
+  c.kl_estimator = &k3();
+  // The policy's weights plus noise: a nearby reference (k3's value clamps never bite).
+  c.reference = tiny_model(7);
+  {
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(70);
+    for (auto& p : c.reference->parameters()) p.add_(0.05 * torch::randn_like(p));
+  }
+  CausalLM model = tiny_model(7);
+  // By hand (REFERENCE.md, d = logp - ref, token means over the batch) from the log-probs
+  // before the update: the single first-pass micro-batch sees exactly these weights.
+  const auto logp = grpo::core::sample_logprobs(model, groups, o);
+  const auto ref = grpo::core::sample_logprobs(c.reference, groups, o);
+  double k1 = 0.0, k2 = 0.0, k3 = 0.0, n = 0.0;
+  for (std::size_t i = 0; i < logp.size(); ++i)
+    for (std::size_t j = 0; j < logp[i].size(); ++j) {
+      const double d = static_cast<double>(logp[i][j]) - static_cast<double>(ref[i][j]);
+      k1 += d, k2 += 0.5 * d * d, k3 += std::exp(-d) - 1.0 + d, n += 1.0;
+    }
+  const UpdateRun run = sgd_update(model, groups, o, 0.1, c);
+  EXPECT_NEAR(metric(run.result, "objective/kl_k1"), k1 / n, 1e-5);
+  EXPECT_NEAR(metric(run.result, "objective/kl_k2"), k2 / n, 1e-5);
+  EXPECT_NEAR(metric(run.result, "objective/kl_k3"), k3 / n, 1e-5);
+  EXPECT_GT(metric(run.result, "objective/kl"), 1e-3);
+  EXPECT_NEAR(metric(run.result, "objective/kl"), metric(run.result, "objective/kl_k3"), 1e-5) << "the estimator in use is k3";
+  EXPECT_NEAR(metric(run.result, "loss/kl_avg"), 0.5 * metric(run.result, "objective/kl"), 1e-6);
+  EXPECT_NEAR(metric(run.result, "loss/total_avg"), metric(run.result, "loss/policy_avg") + metric(run.result, "loss/kl_avg"), 1e-6);
+}
+
+TEST(PolicyUpdate, KlWithoutReferenceIsAnError) {
+  const std::vector<Group> groups = varied_groups(8);
+  UpdateOptions o = options();
+  o.kl.kl_coef = 0.05;
+  CausalLM model = tiny_model(8);
+  UpdateComponents c = components();
+  c.kl_estimator = &k3();
+  const std::string e = error_of<std::invalid_argument>([&] { sgd_update(model, groups, o, 0.1, c); });
+  EXPECT_NE(e.find("kl_coef"), std::string::npos) << e;
+  EXPECT_NE(e.find("reference model"), std::string::npos) << e;
+  c.kl_estimator = nullptr;
+  c.reference = tiny_model(8);
+  const std::string k = error_of<std::invalid_argument>([&] { sgd_update(model, groups, o, 0.1, c); });
+  EXPECT_NE(k.find("KL estimator"), std::string::npos) << k;
+}
+
+TEST(PolicyUpdate, BadSamplesAreNamed) {
+  std::vector<Group> groups = varied_groups(9);
+  CausalLM model = tiny_model(9);
+  groups[2].samples[1].advantages.pop_back();
+  const std::string a = error_of<std::invalid_argument>([&] { sgd_update(model, groups, options(), 0.1); });
+  EXPECT_NE(a.find("group 2 sample 1"), std::string::npos) << a;
+  const std::string p = error_of<std::invalid_argument>([&] { sgd_update(model, varied_groups(9), options(8), 0.1); });
+  EXPECT_NE(p.find("train.pack_length 8"), std::string::npos) << p;
+}
+
+TEST(PolicyUpdate, MicroBatchSizeDoesNotChangeTheStep) {
+  // Gradient accumulation with global denominators: 1 row per micro-batch (several forwards)
+  // and 4 rows per micro-batch give the same parameters, for token-mean and seq-mean-token-mean.
+  const std::vector<Group> groups = varied_groups(10);
+  for (LossAggregation mode : {LossAggregation::kTokenMean, LossAggregation::kSeqMeanTokenMean}) {
+    UpdateOptions o = options(12);
+    o.aggregation = mode;
+    o.max_grad_norm = 1.0;
+    CausalLM one = tiny_model(10), four = tiny_model(10);
+    o.rows_per_micro_batch = 1;
+    const UpdateRun r1 = sgd_update(one, groups, o, 0.5);
+    o.rows_per_micro_batch = 4;
+    const UpdateRun r4 = sgd_update(four, groups, o, 0.5);
+    EXPECT_GT(metric(r1.result, "train/micro_batches"), metric(r4.result, "train/micro_batches"));
+    EXPECT_LT(max_param_diff(snapshot(one), snapshot(four)), 1e-5) << grpo::core::to_string(mode);
+    EXPECT_NEAR(metric(r1.result, "optimizer/grad_norm"), metric(r4.result, "optimizer/grad_norm"), 1e-5);
+    EXPECT_GT(max_param_diff(snapshot(one), snapshot(tiny_model(10))), 1e-4);
+  }
+}
+
+}  // namespace
