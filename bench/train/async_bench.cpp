@@ -78,9 +78,9 @@ int main(int argc, char** argv) {
                         << "data: {train: [" << dir << "/train.jsonl]}\n"
                         << "algorithm: {advantage: grpo, policy_loss: ppo_clip, filter_zero_std_groups: false}\n"
                         << "reward: {verification_reward: 1.0}\n"
-                        << "rollout: {num_unique_prompts: 16, num_samples_per_prompt: 8, max_new_tokens: 24,\n"
+                        << "rollout: {num_unique_prompts: 16, num_samples_per_prompt: 8, max_new_tokens: 64,\n"
                         << "          max_prompt_tokens: 8, backend: {name: native, ignore_eos: true, max_num_seqs: 128}}\n"
-                        << "train: {learning_rate: 1.0e-4, pack_length: 64, per_device_train_batch_size: 8, num_epochs: 2}\n";
+                        << "train: {learning_rate: 1.0e-4, pack_length: 128, per_device_train_batch_size: 8}\n";
   const RunFigures sync = run(dir, config, 0, steps);
   const RunFigures async = run(dir, config, 1, steps);
   std::printf("%-12s %10s %12s %10s %10s %14s\n", "mode", "step s", "generation s", "training s", "waiting s", "max staleness");

@@ -17,6 +17,7 @@
 #include "grpo/sdk/torch/policy_loss.h"
 #include "tests/support/build_plugins.h"
 #include "tests/support/error_of.h"
+#include "tests/train/trainer_fixtures.h"
 
 namespace {
 
@@ -83,22 +84,7 @@ TEST(PackingPlan, MicroBatchesAreConsecutiveRows) {
 // ---------------------------------------------------------------------------------------
 // Log-probs
 
-CausalLM tiny_model(std::uint64_t seed) {
-  grpo::core::ModelConfig c;
-  c.architecture = grpo::core::ModelArchitecture::Qwen2;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.max_position_embeddings = 64;
-  c.qkv_bias = true;
-  CausalLM model(c);
-  model->init_weights(0.2, seed);  // wide enough that the distributions are far from uniform
-  return model;
-}
+CausalLM tiny_model(std::uint64_t seed) { return grpo::testing::tiny_test_model(seed); }
 
 struct Seq {
   std::vector<std::int64_t> prompt, response;

@@ -21,6 +21,7 @@
 #include "grpo/sdk/config_view.h"
 #include "grpo/sdk/verifier.h"
 #include "tests/support/build_plugins.h"
+#include "tests/support/error_of.h"
 
 namespace {
 
@@ -85,15 +86,6 @@ ScoringStats score(std::vector<Group>& groups, const std::vector<VerifierSlot>& 
   return pool.score(groups, prompts_for(groups), verifiers, options);
 }
 
-template <class Fn>
-std::string thrown_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 bool contains(const std::string& haystack, const std::string& needle) { return haystack.find(needle) != std::string::npos; }
 
@@ -214,7 +206,7 @@ TEST(RewardLabels, KnownLabelsPass) {
 
 TEST(RewardLabels, UnknownLabelNamesRowLabelAndConfiguredVerifiers) {
   RewardOptions opt;
-  const std::string msg = thrown_message(
+  const std::string msg = grpo::testing::error_of<std::exception>(
       [&] { grpo::core::check_verifier_labels(rows({"exact_match", "gsm8k", "gsm8k", "math"}), two_matchers(), opt); });
   EXPECT_TRUE(contains(msg, "data/train.jsonl:2: verifier label \"gsm8k\" selects no configured verifier")) << msg;
   EXPECT_TRUE(contains(msg, "verifier name not registered")) << msg;
@@ -228,19 +220,19 @@ TEST(RewardLabels, FormatVerifierMustExistAndIsNotSelectedByLabels) {
   std::vector<VerifierSlot> verifiers = {slot("exact_match", exact_match()), slot("format", format_verifier())};
   RewardOptions opt;
   opt.format_verifier = "formatt";
-  std::string msg = thrown_message([&] { grpo::core::check_verifier_labels(rows({""}), verifiers, opt); });
+  std::string msg = grpo::testing::error_of<std::exception>([&] { grpo::core::check_verifier_labels(rows({""}), verifiers, opt); });
   EXPECT_TRUE(contains(msg, "reward.format_verifier \"formatt\" names no configured verifier")) << msg;
   EXPECT_TRUE(contains(msg, "did you mean 'format'")) << msg;
 
   opt.format_verifier = "format";
   EXPECT_NO_THROW(grpo::core::check_verifier_labels(rows({"", "exact_match"}), verifiers, opt));
-  msg = thrown_message([&] { grpo::core::check_verifier_labels(rows({"format"}), verifiers, opt); });
+  msg = grpo::testing::error_of<std::exception>([&] { grpo::core::check_verifier_labels(rows({"format"}), verifiers, opt); });
   EXPECT_TRUE(contains(msg, "data/train.jsonl:1: verifier label \"format\" selects no configured verifier")) << msg;
 
   // Only the format verifier, or nothing at all: nothing scores the answers.
-  msg = thrown_message([&] { grpo::core::check_verifier_labels(rows({""}), {verifiers[1]}, opt); });
+  msg = grpo::testing::error_of<std::exception>([&] { grpo::core::check_verifier_labels(rows({""}), {verifiers[1]}, opt); });
   EXPECT_TRUE(contains(msg, "the only configured verifier, \"format\", is reward.format_verifier")) << msg;
-  msg = thrown_message([&] { grpo::core::check_verifier_labels(rows({""}), {}, RewardOptions{}); });
+  msg = grpo::testing::error_of<std::exception>([&] { grpo::core::check_verifier_labels(rows({""}), {}, RewardOptions{}); });
   EXPECT_TRUE(contains(msg, "no verifiers are configured")) << msg;
 }
 
@@ -657,7 +649,7 @@ TEST(RewardOptionsConfig, ReadsDefaultsAndKeys) {
 }
 
 TEST(RewardOptionsConfig, OutOfRangeValuesNameTheKey) {
-  auto error = [](std::vector<std::string> overrides) { return thrown_message([&] { options_from(overrides); }); };
+  auto error = [](std::vector<std::string> overrides) { return grpo::testing::error_of<std::exception>([&] { options_from(overrides); }); };
   std::string msg = error({"reward.overlong_buffer=256"});  // == max_new_tokens (256)
   EXPECT_TRUE(contains(msg, "--set #1")) << msg;
   EXPECT_TRUE(contains(msg, "reward.overlong_buffer: expected an integer in [0, rollout.max_new_tokens) = [0, 256)")) << msg;

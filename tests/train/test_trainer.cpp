@@ -12,6 +12,7 @@
 
 #include "core/app/grpo_run.h"
 #include "core/model/safetensors_torch.h"
+#include "tests/support/rollout_models.h"
 #include "tests/support/run_command.h"
 #include "tests/support/test_dir.h"
 #include "tests/train/trainer_fixtures.h"
@@ -22,25 +23,33 @@ namespace fs = std::filesystem;
 using grpo::testing::fresh_test_dir;
 using grpo::testing::run_command;
 
-// The task model and data, made once per test process.
+// The task data and the warm-started task model, each made once per test process (ctest
+// runs every test in its own process).
 const std::string& task_dir() {
   static const std::string dir = [] {
     const std::string d = std::string(GRPO_TEST_TMP_DIR) + "/trainer-task-" + std::to_string(::getpid());
     fs::remove_all(d);
     fs::create_directories(d);
     grpo::testing::write_digit_task(d, 400, 200, 7);
-    grpo::testing::make_digit_task_model(d + "/model", 3);
     return d;
   }();
   return dir;
 }
 
-// A run config for the task; `extra` is appended (YAML keys at top level override nothing:
-// pass overrides with --set instead).
-std::string write_config(const std::string& dir, const std::string& run_dir) {
+const std::string& task_model() {
+  static const std::string dir = [] {
+    const std::string d = task_dir() + "/model";
+    grpo::testing::make_digit_task_model(d, 3);
+    return d;
+  }();
+  return dir;
+}
+
+// A run config for the task; tests change it with --set. `model` defaults to the task model.
+std::string write_config(const std::string& dir, const std::string& run_dir, const std::string& model = "") {
   const std::string path = dir + "/run.yaml";
   std::ofstream(path) << "run: {output_dir: " << run_dir << ", seed: 1}\n"
-                      << "model: {path: " << task_dir() << "/model}\n"
+                      << "model: {path: " << (model.empty() ? task_model() : model) << "}\n"
                       << "tokenizer: {chat_template_name: none}\n"
                       << "plugins: {paths: [" << GRPO_PLUGIN_BUILD_DIR << "]}\n"
                       << "verifiers: [exact_match]\n"
@@ -168,7 +177,8 @@ class TrainerBadInput : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fresh_test_dir("trainer");
-    config_ = write_config(dir_, dir_ + "/run");
+    // Any model will do: every error comes before the first step.
+    config_ = write_config(dir_, dir_ + "/run", grpo::testing::rollout_model_dir("qwen2"));
   }
   std::string data_file(const std::string& name, const std::string& text) {
     const std::string path = dir_ + "/" + name;

@@ -23,6 +23,25 @@
 
 namespace grpo::testing {
 
+// A tiny random Qwen2-shaped model (vocab 64, hidden 32, 2 layers, GQA 4/2) for unit tests of
+// packing and the update; init std 0.2 keeps its distributions far from uniform.
+inline core::CausalLM tiny_test_model(std::uint64_t seed) {
+  core::ModelConfig c;
+  c.architecture = core::ModelArchitecture::Qwen2;
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.max_position_embeddings = 64;
+  c.qkv_bias = true;
+  core::CausalLM model(c);
+  model->init_weights(0.2, seed);
+  return model;
+}
+
 inline std::string digit_task_prompt(std::mt19937_64& rng) {
   std::string p;
   for (int i = 0; i < 3; ++i) p += static_cast<char>('0' + rng() % 10);
