@@ -713,6 +713,9 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
     }
     const double training_s = seconds_since(train_t0);
 
+    if (result.skipped_nonfinite > 0)
+      spdlog::warn("step {}: {} optimizer step(s) skipped: non-finite loss or gradient (train.max_nonfinite_steps = {})", step,
+                   result.skipped_nonfinite, s.max_nonfinite_steps);
     state.step = step;
     state.data = batch.position_after;
     if (result.skipped_nonfinite > 0 && result.last_step_nonfinite)
