@@ -289,11 +289,12 @@ class RolloutWorker {
       }
       active.add(std::move(groups));
       if (active.full() || attempts >= s.active_sampling_max_batches) {
-        if (!active.full())
+        const bool full = active.full();
+        kept = active.take();
+        if (!full)
           spdlog::warn("step {}: active sampling found {} of {} groups with reward spread in {} batches "
                        "(algorithm.active_sampling_max_batches); training on those",
-                       step, active.take().size(), s.num_prompts, attempts);
-        kept = active.take();
+                       step, kept.size(), s.num_prompts, attempts);
         zero_std_dropped = active.zero_std_dropped();
         break;
       }
