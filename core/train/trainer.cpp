@@ -576,6 +576,7 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
   contents.tokenizer = &*policy.tokenizer;
   contents.chat_template_name = s.chat_template_name;
   contents.generation_config_json = policy.model.generation_config_json;
+  bool resumed = false;
   if (s.resume) {
     const auto latest = latest_checkpoint(s.run_dir);
     if (!latest) {
@@ -589,12 +590,13 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
         spdlog::info("resume: {} is at step {} of {}; nothing left to train", *latest, state.step, s.steps);
         return;
       }
+      resumed = true;
       spdlog::info("resumed from {} (step {}, optimizer step {}, data epoch {} offset {})", *latest, state.step,
                    state.optimizer_steps, state.data.epoch, state.data.offset);
     }
   }
   state.async_steps = s.async_steps;
-  MetricsLog metrics_log((std::filesystem::path(s.run_dir) / "metrics.jsonl").string(), s.resume ? state.step : -1);
+  MetricsLog metrics_log((std::filesystem::path(s.run_dir) / "metrics.jsonl").string(), resumed ? state.step : -1);
 
   PromptSampler sampler(train.examples.size(), s.seed, data.shuffle);
   sampler.set_position(state.data);
