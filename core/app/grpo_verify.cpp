@@ -4,19 +4,19 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <atomic>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 
 #include "core/app/app_common.h"
 #include "core/config/config_loader.h"
 #include "core/plugin/plugin_registry.h"
 #include "core/runtime/components.h"
 #include "core/runtime/logging.h"
+#include "core/train/rewards.h"
+#include "core/train/verifier_pool.h"
 #include "core/util/fs.h"
 #include "core/util/strings.h"
 #include "grpo/sdk/config_view.h"
@@ -36,8 +36,10 @@ Each input line is a JSON object:
    "prompt": "...", "finished": true, "id": <any JSON>}
 "dataset" may stand for "verifier" (as in training data). Verifier options come from the
 config's `verifiers:` list (matched by name); a verifier not listed there runs with its
-defaults. Output: one JSON object per input line, {"id", "line", "verifier", "score",
-"details"} ({"line", "error"} for a line that is not valid input), then a summary per
+defaults. Lines are scored on the trainer's verifier pool: a call that throws scores 0 with
+"error": true and the message in details, one still running after --timeout seconds scores 0
+with "timed_out": true. Output: one JSON object per input line, {"id", "line", "verifier",
+"score", "details"} ({"line", "error"} for a line that is not valid input), then a summary per
 verifier on stderr.
 
 Options)";
@@ -97,46 +99,11 @@ Item parse_line(const std::string& text, std::size_t line) {
   return item;
 }
 
-struct Scored {
-  double score = 0.0;
-  json details;
-  bool failed = false;  // the verifier threw: score 0, reason in details
-};
-
-// A verifier that throws scores 0 with the reason: one bad sample never stops the others.
-Scored score_item(const sdk::Verifier& verifier, const Item& item) {
-  Scored s;
-  sdk::VerifierInput in;
-  in.prompt = item.prompt;
-  in.completion = item.completion;
-  in.ground_truth = item.ground_truth;
-  in.dataset = item.verifier;
-  in.metadata = item.metadata;
-  in.finished = item.finished;
-  try {
-    sdk::VerifierResult r = verifier.verify(in);
-    s.score = r.score;
-    if (!r.details.empty()) {
-      try {
-        s.details = json::parse(r.details);
-      } catch (const json::parse_error&) {
-        s.details = r.details;  // not JSON: keep the text
-      }
-    }
-  } catch (const std::exception& e) {
-    s.failed = true;
-    s.details = {{"error", std::string("verifier error: ") + e.what()}};
-  } catch (...) {
-    s.failed = true;
-    s.details = {{"error", "verifier error: an exception not derived from std::exception"}};
-  }
-  return s;
-}
-
 struct Options {
   std::string input, output;
   std::vector<std::string> configs, sets, plugin_paths;
-  unsigned threads = 0;
+  unsigned threads = 0;   // 0: reward.num_threads, then the number of cores
+  double timeout_s = 0.0;  // 0: reward.timeout_s
 };
 
 int run(const Options& opt) {
@@ -161,19 +128,41 @@ int run(const Options& opt) {
       verifiers[item.verifier] = registry.create_verifier(item.verifier, nullptr, "line " + std::to_string(item.line) +
                                                                                      " verifier");
 
-  std::vector<Scored> results(items.size());
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t i; (i = next.fetch_add(1)) < items.size();)
-      if (items[i].error.empty()) results[i] = score_item(*verifiers.at(items[i].verifier), items[i]);
-  };
-  const unsigned threads = std::max(1u, opt.threads ? opt.threads : std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
+  // Scoring goes through the trainer's VerifierPool, so a line is judged exactly as a rollout
+  // would be: the same per-call timeout, a throwing or hung verifier scored 0 with the reason,
+  // a stuck worker replaced. Each valid line is a group of one sample whose one target is
+  // labelled with the line's verifier name; the pool's slots are the distinct names.
+  RewardOptions reward = reward_options(config);
+  if (opt.threads) reward.num_threads = opt.threads;
+  if (opt.timeout_s > 0) reward.timeout_s = opt.timeout_s;
+  reward.format_verifier.clear();  // every verifier is judged on its own here
+  std::vector<VerifierSlot> slots;
+  for (const auto& [name, verifier] : verifiers) slots.push_back(VerifierSlot{name, "", 1.0, verifier});
+  std::vector<Group> groups;
+  std::vector<std::string> prompts;
+  std::vector<std::size_t> group_of(items.size(), SIZE_MAX);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const Item& item = items[i];
+    if (!item.error.empty()) continue;
+    Group g;
+    g.example.source = opt.input;
+    g.example.line = item.line;
+    g.example.text = item.prompt;
+    g.example.metadata = item.metadata;
+    g.example.targets.push_back(VerificationTarget{item.verifier, item.ground_truth});
+    Sample sample;
+    sample.text = item.completion;
+    sample.finished = item.finished;
+    g.samples.push_back(std::move(sample));
+    group_of[i] = groups.size();
+    groups.push_back(std::move(g));
+    prompts.push_back(item.prompt);
+  }
+  VerifierPool pool(reward.num_threads, reward.timeout_s);
+  if (!groups.empty()) pool.score(groups, prompts, slots, reward);
 
   struct Summary {
-    std::size_t count = 0, errors = 0;
+    std::size_t count = 0, errors = 0, timeouts = 0;
     double total = 0.0;
   };
   std::map<std::string, Summary> summary;
@@ -188,12 +177,25 @@ int run(const Options& opt) {
       record["error"] = item.error;
     } else {
       record["verifier"] = item.verifier;
-      record["score"] = results[i].score;
-      if (!results[i].details.is_null()) record["details"] = results[i].details;
+      // The verdict of the slot named exactly as the line (a label "math" also selects a
+      // configured "plugin/math", as in training).
+      const auto& verdicts = groups[group_of[i]].samples[0].verdicts;
+      const auto it = std::find_if(verdicts.begin(), verdicts.end(),
+                                   [&](const VerifierVerdict& v) { return v.verifier == item.verifier; });
+      if (it == verdicts.end()) throw std::logic_error("grpo-verify: no verdict for line " + std::to_string(item.line));
+      const VerifierVerdict& v = *it;
+      record["score"] = v.score;
+      if (!v.details.empty()) {
+        json details = json::parse(v.details, nullptr, /*allow_exceptions=*/false);
+        record["details"] = details.is_discarded() ? json(v.details) : details;  // not JSON: keep the text
+      }
+      if (v.timed_out) record["timed_out"] = true;
+      else if (v.failed) record["error"] = true;
       Summary& s = summary[item.verifier];
       ++s.count;
-      s.total += results[i].score;
-      if (results[i].failed) ++s.errors;
+      s.total += v.score;
+      if (v.timed_out) ++s.timeouts;
+      else if (v.failed) ++s.errors;
     }
     out << record.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   }
@@ -202,11 +204,11 @@ int run(const Options& opt) {
   else
     atomic_write_file(opt.output, out.str());
 
-  std::cerr << "verifier              samples  mean score  errors\n";
+  std::cerr << "verifier              samples  mean score  errors  timeouts\n";
   for (const auto& [name, s] : summary) {
     char row[256];
-    std::snprintf(row, sizeof row, "%-20s %8zu  %10.4f  %6zu\n", name.c_str(), s.count,
-                  s.count ? s.total / static_cast<double>(s.count) : 0.0, s.errors);
+    std::snprintf(row, sizeof row, "%-20s %8zu  %10.4f  %6zu  %8zu\n", name.c_str(), s.count,
+                  s.count ? s.total / static_cast<double>(s.count) : 0.0, s.errors, s.timeouts);
     std::cerr << row;
   }
   if (bad_lines) {
@@ -234,7 +236,8 @@ int grpo_verify_main(int argc, char** argv) {
     ("config,c", po::value(&opt.configs)->composing(), "YAML config file (its `verifiers:` options); repeatable")
     ("set,s", po::value(&opt.sets)->composing(), "override a config key: --set a.b=VALUE; repeatable")
     ("plugin-path", po::value(&opt.plugin_paths)->composing(), "a folder searched for plugins first; repeatable")
-    ("threads,j", po::value(&opt.threads), "worker threads (default: the number of cores)");
+    ("threads,j", po::value(&opt.threads), "verifier threads (default: reward.num_threads, else the number of cores)")
+    ("timeout", po::value(&opt.timeout_s), "seconds one verifier call may take before it scores 0 (default: reward.timeout_s, 30)");
   // clang-format on
   try {
     po::variables_map vm;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -120,6 +121,42 @@ TEST_F(GrpoVerifyCli, UnknownVerifierIsAPluginErrorNamingTheLine) {
   r = grpo_verify("", dir_);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--input is required"), std::string::npos) << r.err;
+}
+
+}  // namespace
+
+namespace {
+
+// A verifier that throws, returns 1.5 or hangs scores 0 on its own line, through the same
+// verifier pool as training; the other lines are scored, and the hung call costs --timeout,
+// not its 60 s.
+TEST_F(GrpoVerifyCli, ThrowingHangingAndOutOfRangeVerifiersScoreZeroAndTheOthersStillScore) {
+  write("in.jsonl",
+        "{\"completion\": \"fine\", \"verifier\": \"fixture_faults\"}\n"
+        "{\"completion\": \"throw\", \"verifier\": \"fixture_faults\"}\n"
+        "{\"completion\": \"hang\", \"verifier\": \"fixture_faults\"}\n"
+        "{\"completion\": \"out_of_range\", \"verifier\": \"fixture_faults\"}\n"
+        "{\"completion\": \"also fine\", \"verifier\": \"fixture_faults\"}\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  Result r = grpo_verify("--input in.jsonl --threads 2 --timeout 0.5 --plugin-path '" GRPO_FIXTURE_PLUGIN_DIR "/good'",
+                         dir_);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto out = lines_of(r.out);
+  ASSERT_EQ(out.size(), 5u) << r.out;
+  EXPECT_EQ(out[0]["score"], 1.0);
+  EXPECT_EQ(out[0]["details"]["ok"], true);
+  EXPECT_EQ(out[1]["score"], 0.0);
+  EXPECT_EQ(out[1]["error"], true);
+  EXPECT_NE(out[1].dump().find("asked to throw"), std::string::npos) << out[1];
+  EXPECT_EQ(out[2]["score"], 0.0);
+  EXPECT_EQ(out[2]["timed_out"], true);
+  EXPECT_EQ(out[3]["score"], 0.0);
+  EXPECT_EQ(out[3]["error"], true);
+  EXPECT_EQ(out[4]["score"], 1.0);
+  // Summary: 5 samples, mean 0.4, 2 errors, 1 timeout.
+  EXPECT_NE(r.err.find("fixture_faults              5      0.4000       2         1"), std::string::npos) << r.err;
+  EXPECT_LT(seconds, 30.0);  // not a speed check: the hung call must not be waited for (60 s)
 }
 
 }  // namespace
