@@ -1,0 +1,324 @@
+// code and code_stdio: run the completion's last fenced Python block against the ground
+// truth's tests, each test in its own sandboxed process (sandbox.h, docs/sandbox.md), and
+// score the pass rate (open-instruct's code reward; shared/REFERENCE.md "Verifier
+// conventions").
+//
+// Ground truth (a JSON value, or a JSON string holding one, as open-instruct stores it):
+//   {"test": "def check(candidate): ...", "entry_point": "f"}   HumanEval: one test,
+//                                                                 test + check(f)
+//   ["assert f(1) == 2", ...]                                     asserts, one test each
+//   {"asserts"|"test_list": [...], "setup"|"test_setup_code": "..."}   MBPP
+//   {"inputs": [...], "outputs": [...]}                           stdin/stdout cases
+//   {"input_output": "<that object as a JSON string>"}            APPS / TACO
+// Assert tests pass when the process exits 0 AND prints, last, a random token that the
+// harness read from stdin before running the code: `exit(0)` before the tests does not pass.
+// stdio tests pass when stdout equals the expected output line by line, each line stripped
+// of surrounding whitespace, trailing empty lines ignored.
+// Depends on the SDK, header-only nlohmann-json and POSIX: no LibTorch.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "grpo/sdk/config_view.h"
+#include "grpo/sdk/plugin.h"
+#include "grpo/sdk/text.h"
+#include "grpo/sdk/verifier.h"
+#include "sandbox.h"
+
+namespace {
+
+namespace sdk = ::grpo::sdk;
+using json = nlohmann::ordered_json;
+using grpo_code::RunResult;
+using grpo_code::Sandbox;
+using grpo_code::SandboxFile;
+using grpo_code::SandboxLimits;
+
+constexpr std::size_t kPreview = 300;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// The last complete fenced block (```python ... ```, ```py, or a bare ```), or false.
+bool last_code_block(std::string_view text, std::string* code) {
+  bool found = false;
+  std::size_t pos = 0;
+  for (;;) {
+    const std::size_t open = text.find("```", pos);
+    if (open == std::string_view::npos) break;
+    const std::size_t line_end = text.find('\n', open);
+    if (line_end == std::string_view::npos) break;
+    const std::string_view tag = text.substr(open + 3, line_end - open - 3);
+    const std::size_t close = text.find("```", line_end + 1);
+    if (close == std::string_view::npos) break;
+    std::string t(tag);
+    t.erase(std::remove_if(t.begin(), t.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); }), t.end());
+    for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (t.empty() || t == "python" || t == "py" || t == "python3") {
+      *code = std::string(text.substr(line_end + 1, close - line_end - 1));
+      found = true;
+    }
+    pos = close + 3;
+  }
+  return found;
+}
+
+struct TestCase {
+  std::string script;                // assert mode: Python run after the solution
+  bool stdio = false;
+  std::string input, expected_output;  // stdio mode
+};
+
+std::string as_text(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_array()) {  // a list of lines
+    std::string s;
+    for (const auto& line : v) s += (line.is_string() ? line.get<std::string>() : line.dump()) + "\n";
+    return s;
+  }
+  return v.dump();
+}
+
+// Tests of a ground truth, or empty with `why`.
+std::vector<TestCase> parse_tests(nlohmann::json gt, std::string* why) {
+  std::vector<TestCase> tests;
+  if (gt.is_string()) {
+    const std::string s = gt.get<std::string>();
+    nlohmann::json inner = nlohmann::json::parse(s, nullptr, false);
+    if (!inner.is_discarded() && (inner.is_array() || inner.is_object())) gt = inner;
+    else {
+      tests.push_back({s});  // a test script
+      return tests;
+    }
+  }
+  if (gt.is_object() && gt.contains("input_output") && gt["input_output"].is_string()) {
+    gt = nlohmann::json::parse(gt["input_output"].get<std::string>(), nullptr, false);
+    if (gt.is_discarded()) {
+      *why = "ground_truth.input_output is not valid JSON";
+      return {};
+    }
+  }
+  if (gt.is_array()) {
+    for (const auto& t : gt) {
+      if (!t.is_string()) {
+        *why = "a list ground truth must hold assert strings";
+        return {};
+      }
+      tests.push_back({t.get<std::string>()});
+    }
+  } else if (gt.is_object() && gt.contains("test") && gt["test"].is_string()) {
+    std::string script = gt["test"].get<std::string>();
+    if (gt.contains("entry_point") && gt["entry_point"].is_string())
+      script += "\n\ncheck(" + gt["entry_point"].get<std::string>() + ")\n";
+    tests.push_back({script});
+  } else if (gt.is_object() && (gt.contains("asserts") || gt.contains("test_list"))) {
+    const auto& list = gt.contains("asserts") ? gt["asserts"] : gt["test_list"];
+    std::string setup;
+    for (const char* key : {"setup", "test_setup_code", "test_imports"})
+      if (gt.contains(key)) setup += as_text(gt[key]) + "\n";
+    if (!list.is_array()) {
+      *why = "ground_truth asserts must be a list of strings";
+      return {};
+    }
+    for (const auto& t : list) {
+      if (!t.is_string()) {
+        *why = "ground_truth asserts must be a list of strings";
+        return {};
+      }
+      tests.push_back({setup + t.get<std::string>()});
+    }
+  } else if (gt.is_object() && gt.contains("inputs") && gt.contains("outputs")) {
+    const auto &in = gt["inputs"], &out = gt["outputs"];
+    if (!in.is_array() || !out.is_array() || in.size() != out.size()) {
+      *why = "ground_truth inputs and outputs must be lists of the same length";
+      return {};
+    }
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      TestCase t;
+      t.stdio = true;
+      t.input = as_text(in[i]);
+      t.expected_output = as_text(out[i]);
+      tests.push_back(t);
+    }
+  } else {
+    *why = "ground_truth is not a test: expected {\"test\", \"entry_point\"}, a list of asserts, "
+           "{\"asserts\"|\"test_list\": [...]} or {\"inputs\": [...], \"outputs\": [...]}";
+    return {};
+  }
+  if (tests.empty()) *why = "ground_truth has no tests";
+  return tests;
+}
+
+std::vector<std::string> stripped_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    const std::size_t b = line.find_first_not_of(" \t\r");
+    const std::size_t e = line.find_last_not_of(" \t\r");
+    lines.push_back(b == std::string::npos ? "" : line.substr(b, e - b + 1));
+    start = end + 1;
+  }
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();
+  return lines;
+}
+
+// The harness of assert tests: reads the token before the solution runs, runs solution and
+// test in one fresh namespace, prints the token last.
+constexpr const char* kHarness =
+    "import sys\n"
+    "def _grpo_main():\n"
+    "    token = sys.stdin.readline().strip()\n"
+    "    ns = {'__name__': '__main__', '__builtins__': __builtins__}\n"
+    "    for path in ('/code/solution.py', '/code/test.py'):\n"
+    "        with open(path) as f:\n"
+    "            source = f.read()\n"
+    "        exec(compile(source, path, 'exec'), ns)\n"
+    "    sys.stdout.flush()\n"
+    "    sys.stdout.write('\\n' + token + '\\n')\n"
+    "    sys.stdout.flush()\n"
+    "_grpo_main()\n";
+
+std::string tail(const std::string& s, std::size_t n) { return s.size() <= n ? s : "..." + s.substr(s.size() - n); }
+
+class CodeVerifier : public sdk::Verifier {
+ public:
+  explicit CodeVerifier(const sdk::ConfigView& cfg)
+      : python_(cfg.get_string("python", "/usr/bin/python3")),
+        bwrap_(cfg.get_string("bwrap", "/usr/bin/bwrap")),
+        pass_threshold_(cfg.get_double("pass_threshold", 0.0)),
+        all_or_nothing_(cfg.get_bool("all_or_nothing", false)),
+        require_block_(cfg.get_bool("require_code_block", true)),
+        max_tests_(static_cast<std::size_t>(cfg.get_int("max_tests", 64))) {
+    limits_.wall_seconds = cfg.get_double("timeout_s", 5.0);
+    limits_.cpu_seconds = static_cast<std::uint64_t>(std::ceil(limits_.wall_seconds));
+    limits_.memory_bytes = static_cast<std::uint64_t>(cfg.get_int("memory_mb", 1024)) << 20;
+    limits_.max_processes = static_cast<std::uint64_t>(cfg.get_int("max_processes", 32));
+    limits_.output_bytes = static_cast<std::uint64_t>(cfg.get_int("output_kb", 1024)) << 10;
+    limits_.tmp_bytes = static_cast<std::uint64_t>(cfg.get_int("tmp_mb", 64)) << 20;
+    limits_.file_bytes = limits_.tmp_bytes;
+    const std::int64_t concurrency = cfg.get_int("max_concurrency", 0);
+    const std::int64_t uid_base = cfg.get_int("sandbox_uid_base", 60000);
+    if (!(limits_.wall_seconds > 0 && limits_.wall_seconds <= 3600))
+      cfg.fail("timeout_s", "must be in (0, 3600] seconds");
+    if (cfg.get_int("memory_mb", 1024) < 32) cfg.fail("memory_mb", "must be >= 32");
+    if (cfg.get_int("max_processes", 32) < 1) cfg.fail("max_processes", "must be >= 1");
+    if (cfg.get_int("output_kb", 1024) < 1) cfg.fail("output_kb", "must be >= 1");
+    if (cfg.get_int("tmp_mb", 64) < 1) cfg.fail("tmp_mb", "must be >= 1");
+    if (concurrency < 0) cfg.fail("max_concurrency", "must be >= 0 (0 = the number of cores)");
+    if (uid_base < 1000 || uid_base > 4000000000LL) cfg.fail("sandbox_uid_base", "must be in [1000, 4e9]");
+    if (!(pass_threshold_ >= 0.0 && pass_threshold_ <= 1.0)) cfg.fail("pass_threshold", "must be in [0, 1]");
+    if (max_tests_ < 1) cfg.fail("max_tests", "must be >= 1");
+    const unsigned slots = concurrency > 0 ? static_cast<unsigned>(concurrency)
+                                           : std::max(1u, std::thread::hardware_concurrency());
+    sandbox_ = std::make_unique<Sandbox>(bwrap_, python_, slots, static_cast<unsigned>(uid_base));
+    // Never run untrusted code unsandboxed: a machine where the sandbox does not work is a
+    // configuration error, reported before the run starts.
+    if (const std::string why = sandbox_->self_test(); !why.empty())
+      cfg.fail("bwrap", "the code sandbox does not work on this machine: " + why +
+                            " (it needs bubblewrap and unprivileged user namespaces; docs/sandbox.md)");
+  }
+
+  sdk::VerifierResult verify(const sdk::VerifierInput& input) const override {
+    sdk::VerifierResult result;
+    json details;
+    nlohmann::json gt = nlohmann::json::parse(input.ground_truth.begin(), input.ground_truth.end(), nullptr, false);
+    if (gt.is_discarded()) {
+      details["reason"] = "ground_truth is not valid JSON";
+      result.details = dump(details);
+      return result;
+    }
+    std::string why;
+    std::vector<TestCase> tests = parse_tests(gt, &why);
+    if (tests.empty()) {
+      details["reason"] = why;
+      result.details = dump(details);
+      return result;
+    }
+    if (tests.size() > max_tests_) tests.resize(max_tests_);
+    std::string code;
+    if (!last_code_block(input.completion, &code)) {
+      if (require_block_) {
+        details["reason"] = "no ```python code block in the completion";
+        result.details = dump(details);
+        return result;
+      }
+      code = std::string(input.completion);
+    }
+    std::size_t passed = 0;
+    json first_failure;
+    double seconds = 0.0;
+    for (std::size_t i = 0; i < tests.size(); ++i) {
+      const TestCase& t = tests[i];
+      RunResult r;
+      bool ok = false;
+      if (t.stdio) {
+        r = sandbox_->run({"/code/solution.py"}, {{"/code/solution.py", code}}, t.input, limits_);
+        ok = r.started && r.exit_code == 0 && !r.timed_out && !r.output_limit &&
+             stripped_lines(r.out) == stripped_lines(t.expected_output);
+      } else {
+        const std::string token = random_token();
+        r = sandbox_->run({"-c", kHarness}, {{"/code/solution.py", code}, {"/code/test.py", t.script}}, token + "\n",
+                          limits_);
+        const std::vector<std::string> lines = stripped_lines(r.out);
+        ok = r.started && r.exit_code == 0 && !r.timed_out && !r.output_limit && !lines.empty() &&
+             lines.back() == token;
+      }
+      seconds += r.seconds;
+      if (ok) {
+        ++passed;
+      } else if (first_failure.is_null()) {
+        first_failure["test"] = i;
+        if (!r.started) first_failure["error"] = r.error;
+        if (r.timed_out) first_failure["killed"] = "wall-clock limit";
+        else if (r.output_limit) first_failure["killed"] = "output limit";
+        else if (r.signal) first_failure["killed"] = "signal " + std::to_string(r.signal);
+        first_failure["exit_code"] = r.exit_code;
+        if (t.stdio) first_failure["stdout"] = sdk::clip_utf8(tail(r.out, kPreview), kPreview + 8);
+        first_failure["stderr"] = sdk::clip_utf8(tail(r.err, kPreview), kPreview + 8);
+      }
+    }
+    const double rate = static_cast<double>(passed) / static_cast<double>(tests.size());
+    double score = rate;
+    if (all_or_nothing_ && passed != tests.size()) score = 0.0;
+    if (rate < pass_threshold_) score = 0.0;
+    details["passed"] = passed;
+    details["tests"] = tests.size();
+    details["pass_rate"] = rate;
+    details["seconds"] = seconds;
+    if (!first_failure.is_null()) details["first_failure"] = first_failure;
+    result.score = score;
+    result.details = dump(details);
+    return result;
+  }
+
+ private:
+  static std::string random_token() {
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    static const char* hex = "0123456789abcdef";
+    std::string s = "grpo-pass-";
+    for (int i = 0; i < 32; ++i) s += hex[rng() % 16];
+    return s;
+  }
+
+  std::string python_, bwrap_;
+  double pass_threshold_;
+  bool all_or_nothing_, require_block_;
+  std::size_t max_tests_;
+  SandboxLimits limits_;
+  std::unique_ptr<Sandbox> sandbox_;
+};
+
+}  // namespace
+
+GRPO_PLUGIN("code_exec", "1.0.0", "runs Python completions against tests in a bubblewrap sandbox") {
+  registrar.add_verifier<CodeVerifier>("code", "pass rate of the last ```python block on the ground truth's tests");
+  registrar.add_verifier<CodeVerifier>("code_stdio", "the same verifier under open-instruct's stdin/stdout label");
+}

@@ -1,0 +1,317 @@
+#include "sandbox.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+
+namespace grpo_code {
+
+struct Sandbox::State {
+  std::mutex mutex;
+  std::condition_variable freed;
+  std::vector<bool> busy;
+};
+
+Sandbox::Sandbox(std::string bwrap, std::string python, unsigned slots, unsigned uid_base)
+    : bwrap_(std::move(bwrap)), python_(std::move(python)), slots_(slots ? slots : 1), uid_base_(uid_base),
+      state_(std::make_unique<State>()) {
+  state_->busy.assign(slots_, false);
+}
+
+Sandbox::~Sandbox() = default;
+
+unsigned Sandbox::acquire() const {
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  for (;;) {
+    for (unsigned i = 0; i < slots_; ++i)
+      if (!state_->busy[i]) {
+        state_->busy[i] = true;
+        return i;
+      }
+    state_->freed.wait(lock);
+  }
+}
+
+void Sandbox::release(unsigned slot) const {
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->busy[slot] = false;
+  }
+  state_->freed.notify_one();
+}
+
+namespace {
+
+// Processes of `uid` now (the non-root RLIMIT_NPROC counts them all).
+std::uint64_t processes_of(uid_t uid) {
+  std::uint64_t n = 0;
+  DIR* d = opendir("/proc");
+  if (!d) return 0;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream status(std::string("/proc/") + e->d_name + "/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("Uid:", 0) == 0) {
+        if (std::strtoul(line.c_str() + 4, nullptr, 10) == uid) ++n;
+        break;
+      }
+  }
+  closedir(d);
+  return n;
+}
+
+int make_memfd(const std::string& content) {
+  const int fd = static_cast<int>(syscall(SYS_memfd_create, "grpo_code", 0));
+  if (fd < 0) return -1;
+  std::size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t w = write(fd, content.data() + done, content.size() - done);
+    if (w <= 0) {
+      close(fd);
+      return -1;
+    }
+    done += static_cast<std::size_t>(w);
+  }
+  lseek(fd, 0, SEEK_SET);
+  return fd;
+}
+
+void set_limit(int resource, rlim_t value) {
+  rlimit r{value, value};
+  setrlimit(resource, &r);
+}
+
+}  // namespace
+
+RunResult Sandbox::run(const std::vector<std::string>& python_args, const std::vector<SandboxFile>& files,
+                       const std::string& stdin_data, const SandboxLimits& limits) const {
+  RunResult result;
+  const unsigned slot = acquire();
+  struct Release {
+    const Sandbox* s;
+    unsigned slot;
+    ~Release() { s->release(slot); }
+  } release_guard{this, slot};
+
+  // Program files travel as memfds copied into the sandbox (--ro-bind-data): no host file is
+  // shared with it. In the child they become fds 3, 4, ...
+  std::vector<int> memfds;
+  auto close_all = [&] {
+    for (int fd : memfds) close(fd);
+  };
+  for (const SandboxFile& f : files) {
+    const int fd = make_memfd(f.content);
+    if (fd < 0) {
+      close_all();
+      result.error = std::string("memfd_create failed: ") + std::strerror(errno);
+      return result;
+    }
+    memfds.push_back(fd);
+  }
+
+  std::vector<std::string> args = {bwrap_,
+                                   "--unshare-all",
+                                   "--die-with-parent",
+                                   "--as-pid-1",
+                                   "--new-session",
+                                   "--clearenv",
+                                   "--setenv", "PATH", "/usr/bin:/bin",
+                                   "--setenv", "HOME", "/tmp",
+                                   "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+                                   "--ro-bind", "/usr", "/usr",
+                                   "--symlink", "usr/lib", "/lib",
+                                   "--symlink", "usr/lib64", "/lib64",
+                                   "--symlink", "usr/bin", "/bin",
+                                   "--proc", "/proc",
+                                   "--dev", "/dev",
+                                   "--size", std::to_string(limits.tmp_bytes),
+                                   "--tmpfs", "/tmp",
+                                   "--dir", "/code"};
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    args.push_back("--ro-bind-data");
+    args.push_back(std::to_string(3 + i));
+    args.push_back(files[i].path);
+  }
+  for (const char* a : {"--chdir", "/tmp", "--"}) args.push_back(a);
+  args.push_back(python_);
+  args.push_back("-I");
+  args.push_back("-B");
+  for (const auto& a : python_args) args.push_back(a);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  char* envp[] = {nullptr};
+
+  const bool root = geteuid() == 0;
+  const uid_t sandbox_uid = root ? static_cast<uid_t>(uid_base_ + slot) : getuid();
+  // As root, RLIMIT_NPROC is not enforced (the kernel exempts uid 0): the program runs as an
+  // unprivileged uid of its own. Otherwise the limit counts every process of the user.
+  const std::uint64_t nproc = root ? limits.max_processes : processes_of(getuid()) + limits.max_processes;
+
+  int in_pipe[2], out_pipe[2], err_pipe[2];
+  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+    close_all();
+    result.error = std::string("pipe failed: ") + std::strerror(errno);
+    return result;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close_all();
+    for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+    result.error = std::string("fork failed: ") + std::strerror(errno);
+    return result;
+  }
+  if (pid == 0) {
+    // Child: only async-signal-safe calls from here to exec.
+    setsid();
+    dup2(in_pipe[0], 0);
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    // memfds to 3, 4, ...: first out of the way, then into place
+    int high = 100;
+    for (int fd : memfds) dup2(fd, high++);
+    for (std::size_t i = 0; i < memfds.size(); ++i) dup2(100 + static_cast<int>(i), 3 + static_cast<int>(i));
+    syscall(SYS_close_range, 3 + memfds.size(), ~0u, 0);
+    set_limit(RLIMIT_CPU, limits.cpu_seconds);
+    set_limit(RLIMIT_AS, limits.memory_bytes);
+    set_limit(RLIMIT_FSIZE, limits.file_bytes);
+    set_limit(RLIMIT_CORE, 0);
+    set_limit(RLIMIT_NPROC, nproc);
+    if (root) {
+      if (setgroups(0, nullptr) != 0 || setgid(sandbox_uid) != 0 || setuid(sandbox_uid) != 0) _exit(126);
+    }
+    execve(bwrap_.c_str(), argv.data(), envp);
+    _exit(127);
+  }
+  close_all();
+  close(in_pipe[0]);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  fcntl(in_pipe[1], F_SETFL, O_NONBLOCK);
+  result.started = true;
+
+  std::size_t written = 0;
+  int in_fd = in_pipe[1];
+  if (stdin_data.empty()) {
+    close(in_fd);
+    in_fd = -1;
+  }
+  int out_fd = out_pipe[0], err_fd = err_pipe[0];
+  bool killed = false;
+  auto kill_all = [&] {
+    if (!killed) {
+      // bwrap's death kills the namespace's init (--die-with-parent), and with it every
+      // process of the pid namespace.
+      kill(pid, SIGKILL);
+      killed = true;
+    }
+  };
+  char buf[65536];
+  while (out_fd >= 0 || err_fd >= 0) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (elapsed >= limits.wall_seconds) {
+      result.timed_out = true;
+      kill_all();
+      break;
+    }
+    pollfd fds[3];
+    int n = 0;
+    int idx_in = -1, idx_out = -1, idx_err = -1;
+    if (in_fd >= 0) fds[idx_in = n++] = {in_fd, POLLOUT, 0};
+    if (out_fd >= 0) fds[idx_out = n++] = {out_fd, POLLIN, 0};
+    if (err_fd >= 0) fds[idx_err = n++] = {err_fd, POLLIN, 0};
+    const int wait_ms = static_cast<int>((limits.wall_seconds - elapsed) * 1000.0) + 1;
+    const int r = poll(fds, static_cast<nfds_t>(n), std::min(wait_ms, 100));
+    if (r < 0 && errno != EINTR) break;
+    if (r <= 0) continue;
+    if (idx_in >= 0 && (fds[idx_in].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      const ssize_t w = write(in_fd, stdin_data.data() + written, stdin_data.size() - written);
+      if (w > 0) written += static_cast<std::size_t>(w);
+      if (w < 0 && errno != EAGAIN) written = stdin_data.size();
+      if (written >= stdin_data.size()) {
+        close(in_fd);
+        in_fd = -1;
+      }
+    }
+    for (auto [idx, fd, sink] : {std::tuple<int, int*, std::string*>{idx_out, &out_fd, &result.out},
+                                 std::tuple<int, int*, std::string*>{idx_err, &err_fd, &result.err}}) {
+      if (idx < 0 || !(fds[idx].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t got = read(*fd, buf, sizeof buf);
+      if (got <= 0) {
+        close(*fd);
+        *fd = -1;
+        continue;
+      }
+      sink->append(buf, static_cast<std::size_t>(got));
+      if (result.out.size() + result.err.size() > limits.output_bytes) {
+        result.output_limit = true;
+        const std::size_t keep = limits.output_bytes / 2;
+        if (result.out.size() > keep) result.out.resize(keep);
+        if (result.err.size() > keep) result.err.resize(keep);
+        kill_all();
+      }
+    }
+    if (result.output_limit) break;
+  }
+  for (int fd : {in_fd, out_fd, err_fd})
+    if (fd >= 0) close(fd);
+  int status = 0;
+  // The output pipes closed: the program is done or detached them. Give it the rest of the
+  // wall-clock budget to exit, then kill.
+  for (;;) {
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (elapsed >= limits.wall_seconds && !killed) {
+      result.timed_out = true;
+      kill_all();
+    }
+    if (killed) {
+      waitpid(pid, &status, 0);
+      break;
+    }
+    usleep(1000);
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // As root the slot's uid is the sandbox's alone: wait until the kernel has torn down every
+  // process of the run (a killed fork bomb takes a moment), so the next run of this slot
+  // starts with its whole process budget.
+  if (root)
+    for (int i = 0; i < 500 && processes_of(sandbox_uid) > 0; ++i) usleep(2000);
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  return result;
+}
+
+std::string Sandbox::self_test() const {
+  if (access(bwrap_.c_str(), X_OK) != 0) return "bubblewrap not found at " + bwrap_ + " (Debian: apt-get install bubblewrap)";
+  if (access(python_.c_str(), X_OK) != 0) return "python not found at " + python_;
+  SandboxLimits limits;
+  limits.wall_seconds = 20.0;
+  const RunResult r = run({"/code/t.py"}, {{"/code/t.py", "print(6 * 7)\n"}}, "", limits);
+  if (!r.started) return r.error;
+  if (r.exit_code == 0 && r.out == "42\n") return "";
+  std::string why = "a test program did not run in the sandbox (exit " + std::to_string(r.exit_code) + ")";
+  if (r.exit_code == 126) why += ": could not switch to the sandbox uid";
+  if (!r.err.empty()) why += ": " + r.err.substr(0, 400);
+  return why;
+}
+
+}  // namespace grpo_code

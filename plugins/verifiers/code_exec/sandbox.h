@@ -1,0 +1,72 @@
+// Runs one untrusted program in a bubblewrap sandbox (docs/sandbox.md has the threat model):
+// new user, pid, network, ipc, uts and mount namespaces; a read-only /usr and nothing else of
+// the host (no /home, /root, /etc, project, /tmp); a private size-limited tmpfs as the only
+// writable place; rlimits on CPU time, address space, file size and process count; an
+// unprivileged uid per concurrent slot when the host runs as root; a wall-clock limit and an
+// output cap enforced from outside; the whole pid namespace killed when the run ends.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace grpo_code {
+
+struct SandboxLimits {
+  double wall_seconds = 5.0;              // killed after this long
+  std::uint64_t cpu_seconds = 5;          // RLIMIT_CPU
+  std::uint64_t memory_bytes = 1ull << 30;  // RLIMIT_AS
+  std::uint64_t max_processes = 32;       // RLIMIT_NPROC (per sandbox uid)
+  std::uint64_t output_bytes = 1u << 20;  // stdout + stderr kept; more kills the program
+  std::uint64_t file_bytes = 16u << 20;   // RLIMIT_FSIZE
+  std::uint64_t tmp_bytes = 64u << 20;    // size of the writable tmpfs (/tmp, the cwd)
+};
+
+struct SandboxFile {
+  std::string path;     // inside the sandbox, under /code ("/code/solution.py")
+  std::string content;
+};
+
+struct RunResult {
+  bool started = false;       // the sandbox could be set up (bwrap ran)
+  int exit_code = -1;         // the program's exit status (bwrap passes it through)
+  int signal = 0;             // the signal that ended bwrap, if any
+  bool timed_out = false;     // wall-clock limit
+  bool output_limit = false;  // output cap
+  double seconds = 0.0;
+  std::string out, err;       // captured (capped)
+  std::string error;          // why it could not run (fork/pipe failures)
+};
+
+class Sandbox {
+ public:
+  // bwrap and python are absolute paths; uid_base is the first uid used for sandboxed programs
+  // when this process is root (slot k runs as uid_base + k); ignored otherwise.
+  Sandbox(std::string bwrap, std::string python, unsigned slots, unsigned uid_base);
+  ~Sandbox();
+  Sandbox(const Sandbox&) = delete;
+  Sandbox& operator=(const Sandbox&) = delete;
+
+  // Runs `python -I -B argv...` inside a fresh sandbox with `files` under /code (read-only) and
+  // `stdin_data` as standard input. Blocks while all slots are busy. Thread-safe.
+  RunResult run(const std::vector<std::string>& python_args, const std::vector<SandboxFile>& files,
+                const std::string& stdin_data, const SandboxLimits& limits) const;
+
+  // Runs a trivial program; returns "" when the sandbox works here, else why not.
+  std::string self_test() const;
+
+  unsigned slots() const { return slots_; }
+
+ private:
+  unsigned acquire() const;
+  void release(unsigned slot) const;
+
+  std::string bwrap_, python_;
+  unsigned slots_, uid_base_;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace grpo_code
