@@ -1,5 +1,6 @@
 // ifeval: Google's IFEval instruction-following checks (Zhou et al. 2023; reference:
-// google-research instruction_following_eval/instructions.py), one checker per instruction id
+// google-research instruction_following_eval/instructions.py) and the 29 further ids of
+// open-instruct's IFEvalG (open_instruct/IFEvalG/instructions.py), one checker per instruction id
 // with the reference's `build_description(**kwargs)` + `check_following(response)` semantics,
 // in strict mode or the reference's loose mode. Score = fraction of the row's instructions
 // followed (open-instruct's IFEval reward).
@@ -15,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -396,6 +398,380 @@ bool quotation(const std::string& v, const json&, std::string* why) {
   return ok;
 }
 
+// ---- open-instruct's IFEvalG additions (open_instruct/IFEvalG/instructions.py) -------------
+
+std::string strip_kw(const json& kw, const char* key) { return strip(str_arg(kw, key)); }
+
+// RepeatPhraseChecker
+bool repeat_phrase(const std::string& v, const json& kw, std::string* why) {
+  const std::string phrase = strip_kw(kw, "phrase");
+  const long long n = int_arg(kw, "small_n");
+  const std::vector<std::string> ref = py_split(phrase);
+  if (ref.empty()) throw KwargsError("kwarg 'phrase' is empty");
+  std::vector<std::string> found;
+  regex(ref.front() + " .*? " + ref.back(), 0)->find_all(v, &found);
+  if (static_cast<long long>(found.size()) != n) {
+    *why = "found " + std::to_string(found.size()) + " variants of the phrase, need " + std::to_string(n);
+    return false;
+  }
+  long long satisfied = 0;
+  for (const auto& f : found) {
+    const std::vector<std::string> words = py_split(f);
+    if (words.size() != ref.size()) return false;
+    int differences = 0;
+    for (std::size_t i = 0; i < words.size(); ++i)
+      if (words[i] != ref[i] && ++differences > 1) return false;
+    satisfied += differences == 1;
+  }
+  if (satisfied != n) *why = "each repetition must change exactly one word";
+  return satisfied == n;
+}
+
+// CopyChecker / CopyingSimpleChecker
+bool copy_prompt(const std::string& v, const json& kw, std::string* why) {
+  const bool ok = lower(strip(v)) == lower(strip(str_arg(kw, "prompt_to_repeat")));
+  if (!ok) *why = "not an exact copy of the request";
+  return ok;
+}
+
+// Python slice [start:end] by code point, with Python's clamping for non-negative bounds.
+std::string py_slice(const std::string& s, long long start, long long end) {
+  std::vector<std::size_t> offsets;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) offsets.push_back(i);
+  const long long n = static_cast<long long>(offsets.size());
+  auto clamp = [&](long long x) { return x < 0 ? std::max(0LL, n + x) : std::min(x, n); };
+  const long long a = clamp(start), b = clamp(end);
+  if (a >= b) return "";
+  const std::size_t from = offsets[static_cast<std::size_t>(a)];
+  const std::size_t to = b == n ? s.size() : offsets[static_cast<std::size_t>(b)];
+  return s.substr(from, to - from);
+}
+
+// CopySpanIdxChecker
+bool copy_span_idx(const std::string& v, const json& kw, std::string* why) {
+  const std::string prompt = str_arg(kw, "prompt_to_repeat");
+  const std::string span = py_slice(prompt, int_arg(kw, "n_start"), int_arg(kw, "n_end"));
+  const bool ok = lower(strip(v)) == lower(strip(span));
+  if (!ok) *why = "not the requested span of the request";
+  return ok;
+}
+
+// SentenceHyphenChecker
+bool sentence_hyphens(const std::string& v, const json&, std::string* why) {
+  std::string no_hyphens = v;
+  std::replace(no_hyphens.begin(), no_hyphens.end(), '-', ' ');
+  const std::vector<std::string> gold = grpo_ifeval::split_into_sentences(no_hyphens);
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t at = v.find('-', start);
+    parts.push_back(v.substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (at == std::string::npos) break;
+    start = at + 1;
+  }
+  for (std::size_t i = 0; i < std::min(parts.size(), gold.size()); ++i)
+    if (strip(parts[i]) != parts[i] || parts[i] != gold[i]) {
+      *why = "sentences must be joined by hyphens without spaces";
+      return false;
+    }
+  return true;
+}
+
+std::string first_char_lower(const std::string& w) {
+  std::size_t i = 0;
+  while (i + 1 < w.size() && (static_cast<unsigned char>(w[i + 1]) & 0xC0) == 0x80) ++i;
+  return lower(w.substr(0, i + 1));
+}
+
+// AdjacentLetterChecker
+bool no_adjacent_consecutive(const std::string& v, const json&, std::string* why) {
+  const std::vector<std::string> words = py_split(v);
+  for (std::size_t i = 0; i + 1 < words.size(); ++i) {
+    const std::string a = first_char_lower(words[i]), b = first_char_lower(words[i + 1]);
+    if (a.size() == 1 && b.size() == 1 && b[0] - a[0] == 1) {
+      *why = "'" + words[i] + "' and '" + words[i + 1] + "' start with consecutive letters";
+      return false;
+    }
+  }
+  return true;
+}
+
+// SquareBracketChecker
+bool square_brackets(const std::string& v, const json&, std::string* why) {
+  for (const auto& w : py_split(v))
+    if (!(starts_with(w, "[") && ends_with(w, "]"))) {
+      *why = "'" + w + "' is not wrapped in square brackets";
+      return false;
+    }
+  return true;
+}
+
+// KeywordFrequencyOnceChecker
+bool word_once(const std::string& v, const json& kw, std::string* why) {
+  const std::string k = strip_kw(kw, "keyword");
+  const std::size_t n = regex(k, Regex::kIgnoreCase)->find_all(v);
+  if (n != 1) *why = "'" + k + "' appears " + std::to_string(n) + " times, need once";
+  return n == 1;
+}
+
+// KeywordFrequencyCheckerDifferent
+bool word_count_different_numbers(const std::string& v, const json& kw, std::string* why) {
+  const std::string k = strip_kw(kw, "keyword");
+  const long long count = static_cast<long long>(regex(k, Regex::kIgnoreCase)->find_all(v));
+  return compare(kw, "relation", count, int_arg(kw, "frequency"), why, ("occurrences of '" + k + "'").c_str());
+}
+
+// ExcludeWordHarderChecker
+bool exclude_word_harder(const std::string& v, const json& kw, std::string* why) {
+  const std::string k = strip_kw(kw, "keyword");
+  const bool ok = v.find(" " + k + " ") == std::string::npos;
+  if (!ok) *why = "uses '" + k + "'";
+  return ok;
+}
+
+// ParagraphBasicChecker / ParagraphBasicChecker2: exactly two paragraphs
+bool two_paragraphs(const std::string& v, const char* separator, std::string* why) {
+  const std::vector<std::string> parts = regex(separator, 0)->split(v);
+  long long n = static_cast<long long>(parts.size());
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    if (strip(parts[i]).empty()) {
+      if (i == 0 || i + 1 == parts.size()) --n;
+      else {
+        *why = "an empty paragraph";
+        return false;
+      }
+    }
+  if (n != 2) *why = "found " + std::to_string(n) + " paragraphs, need 2";
+  return n == 2;
+}
+bool paragraphs_stars(const std::string& v, const json&, std::string* why) { return two_paragraphs(v, R"(\s?\*\*\*\s?)", why); }
+bool paragraphs_blank(const std::string& v, const json&, std::string* why) { return two_paragraphs(v, R"(\n\n)", why); }
+
+std::string word_arg(const json& kw, const char* key) {
+  if (kw.contains(key) && kw.at(key).is_array() && !kw.at(key).empty() && kw.at(key)[0].is_string())
+    return strip(kw.at(key)[0].get<std::string>());
+  return strip_kw(kw, key);
+}
+
+// FirstWordSentChecker
+bool first_word_sent(const std::string& v, const json& kw, std::string* why) {
+  const std::string want = lower(word_arg(kw, "first_word"));
+  for (const auto& s : grpo_ifeval::split_into_sentences(v)) {
+    const std::vector<std::string> words = py_split(s);
+    if (words.empty() || lower(strip(words.front())) != want) {
+      *why = "a sentence does not start with '" + want + "'";
+      return false;
+    }
+  }
+  return true;
+}
+
+// FirstWordAnswerChecker
+bool first_word_answer(const std::string& v, const json& kw, std::string* why) {
+  const std::string want = lower(strip_kw(kw, "first_word"));
+  const std::vector<std::string> words = py_split(v);
+  const bool ok = !words.empty() && lower(strip(words.front())) == want;
+  if (!ok) *why = "does not start with '" + want + "'";
+  return ok;
+}
+
+std::string without_punctuation(const std::string& w) {  // re.sub(r"[^\w\s]", "", w)
+  return regex(R"([^\w\s])", 0)->sub(w, "");
+}
+
+// LastWordSentChecker
+bool last_word_sent(const std::string& v, const json& kw, std::string* why) {
+  const std::string want = lower(word_arg(kw, "last_word"));
+  for (const auto& s : grpo_ifeval::split_into_sentences(v)) {
+    const std::vector<std::string> words = py_split(s);
+    if (words.empty() || lower(without_punctuation(strip(words.back()))) != want) {
+      *why = "a sentence does not end with '" + want + "'";
+      return false;
+    }
+  }
+  return true;
+}
+
+// LastWordAnswerChecker
+bool last_word_answer(const std::string& v, const json& kw, std::string* why) {
+  const std::string want = lower(strip_kw(kw, "last_word"));
+  const std::vector<std::string> words = py_split(v);
+  const bool ok = !words.empty() && lower(without_punctuation(strip(words.back()))) == want;
+  if (!ok) *why = "does not end with '" + want + "'";
+  return ok;
+}
+
+// BiGramWrappingChecker
+bool bigram_wrapping(const std::string& v, const json&, std::string* why) {
+  const std::vector<std::string> words = py_split(v);
+  for (std::size_t i = 0; i + 1 < words.size(); i += 2)
+    if (!(starts_with(words[i], "<<") && ends_with(words[i + 1], ">>"))) {
+      *why = "words " + std::to_string(i + 1) + " and " + std::to_string(i + 2) + " are not wrapped in << >>";
+      return false;
+    }
+  return true;
+}
+
+// CopyingMultipleChecker
+bool copying_multiple(const std::string& v, const json& kw, std::string* why) {
+  const std::string prompt = lower(strip(str_arg(kw, "prompt_to_repeat")));
+  const long long n = int_arg(kw, "N");
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t at = v.find("******", start);
+    parts.push_back(v.substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (at == std::string::npos) break;
+    start = at + 6;
+  }
+  if (static_cast<long long>(parts.size()) != n) {
+    *why = "found " + std::to_string(parts.size()) + " copies, need " + std::to_string(n);
+    return false;
+  }
+  for (const auto& p : parts)
+    if (lower(strip(p)) != prompt) {
+      *why = "a copy differs from the request";
+      return false;
+    }
+  return true;
+}
+
+// PunctuationDotChecker / PunctuationExclamationChecker
+bool no_dot(const std::string& v, const json&, std::string* why) {
+  const bool ok = v.find('.') == std::string::npos;
+  if (!ok) *why = "contains a period";
+  return ok;
+}
+bool no_exclamation(const std::string& v, const json&, std::string* why) {
+  const bool ok = v.find('!') == std::string::npos;
+  if (!ok) *why = "contains an exclamation mark";
+  return ok;
+}
+
+// LowercaseCountingChecker
+bool lowercase_counting(const std::string& v, const json& kw, std::string* why) {
+  const long long n = static_cast<long long>(regex(R"(\b[a-z]+\b)", 0)->find_all(v));
+  const long long most = int_arg(kw, "N");
+  if (n > most) *why = "found " + std::to_string(n) + " lowercase words, at most " + std::to_string(most);
+  return n <= most;
+}
+
+// LetterCountingChecker
+bool letter_counting(const std::string& v, const json& kw, std::string* why) {
+  const long long n = static_cast<long long>(regex(R"([a-zA-Z])", 0)->find_all(v));
+  return compare(kw, "relation", n, int_arg(kw, "N"), why, "letters");
+}
+
+// CountingCompositionChecker
+bool counting_composition(const std::string& v, const json& kw, std::string* why) {
+  const long long n_sent = int_arg(kw, "n_sent"), n_words = int_arg(kw, "n_words");
+  const std::vector<std::string> parts = regex(R"(\s?\*\*\*\s?)", 0)->split(v);
+  long long n = static_cast<long long>(parts.size());
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (strip(parts[i]).empty()) {
+      if (i == 0 || i + 1 == parts.size()) --n;
+      else return false;
+    }
+    const std::vector<std::string> sentences = grpo_ifeval::split_into_sentences(parts[i]);
+    if (static_cast<long long>(sentences.size()) != n_sent) {
+      *why = "paragraph " + std::to_string(i + 1) + " has " + std::to_string(sentences.size()) + " sentences";
+      return false;
+    }
+    for (const auto& s : sentences)
+      if (static_cast<long long>(grpo_ifeval::word_tokens(s).size()) != n_words) {
+        *why = "a sentence does not have " + std::to_string(n_words) + " words";
+        return false;
+      }
+  }
+  if (n != 3) *why = "found " + std::to_string(n) + " paragraphs, need 3";
+  return n == 3;
+}
+
+// CountUniqueChecker
+bool count_unique(const std::string& v, const json&, std::string* why) {
+  const std::vector<std::string> words = grpo_ifeval::word_tokens(v);
+  std::set<std::string> unique(words.begin(), words.end());
+  if (unique.size() != words.size()) *why = "a word repeats";
+  return unique.size() == words.size();
+}
+
+// CountIncrementWordChecker
+bool count_increment_word(const std::string& v, const json& kw, std::string* why) {
+  const std::string k1 = strip_kw(kw, "keyword1"), k2 = strip_kw(kw, "keyword2");
+  const std::size_t n1 = regex(k1, Regex::kIgnoreCase)->find_all(v), n2 = regex(k2, Regex::kIgnoreCase)->find_all(v);
+  const bool ok = n1 == 1 && n2 == 2;
+  if (!ok) *why = "'" + k1 + "' " + std::to_string(n1) + " times (need 1), '" + k2 + "' " + std::to_string(n2) + " times (need 2)";
+  return ok;
+}
+
+// PalindromeBasicChecker
+bool palindrome(const std::string& v, const json&, std::string* why) {
+  for (const auto& w : py_split(v))
+    if (w == grpo_ifeval::py_reverse(w)) return true;
+  *why = "no palindrome";
+  return false;
+}
+
+// KeywordSpecificPositionChecker
+bool keyword_specific_position(const std::string& v, const json& kw, std::string* why) {
+  const std::string k = word_arg(kw, "keyword");
+  const long long n = int_arg(kw, "n"), m = int_arg(kw, "m");
+  if (n < 1 || m < 1) throw KwargsError("kwargs 'n' and 'm' must be >= 1");
+  const std::vector<std::string> sentences = grpo_ifeval::split_into_sentences(v);
+  if (static_cast<long long>(sentences.size()) < n) {
+    *why = "fewer than " + std::to_string(n) + " sentences";
+    return false;
+  }
+  const std::vector<std::string> words = grpo_ifeval::word_tokens(sentences[static_cast<std::size_t>(n - 1)]);
+  const bool ok = static_cast<long long>(words.size()) >= m && words[static_cast<std::size_t>(m - 1)] == k;
+  if (!ok) *why = "word " + std::to_string(m) + " of sentence " + std::to_string(n) + " is not '" + k + "'";
+  return ok;
+}
+
+// StartEndChecker
+bool start_end(const std::string& v, const json&, std::string* why) {
+  const std::vector<std::string> words = grpo_ifeval::word_tokens(v);
+  const bool ok = words.size() >= 2 && lower(words.front()) == lower(words.back());
+  if (!ok) *why = "does not start and end with the same word";
+  return ok;
+}
+
+const std::map<std::string, Check>& ifevalg_checkers() {
+  static const std::map<std::string, Check> m = {
+      {"copy:repeat_phrase", repeat_phrase},
+      {"copy:copy", copy_prompt},
+      {"new:copy_span_idx", copy_span_idx},
+      {"detectable_format:sentence_hyphens", sentence_hyphens},
+      {"keywords:no_adjacent_consecutive", no_adjacent_consecutive},
+      {"detectable_format:square_brackets", square_brackets},
+      {"keywords:word_once", word_once},
+      {"keywords:word_count_different_numbers", word_count_different_numbers},
+      {"keywords:exclude_word_harder", exclude_word_harder},
+      {"paragraphs:paragraphs", paragraphs_stars},
+      {"paragraphs:paragraphs2", paragraphs_blank},
+      {"first_word:first_word_sent", first_word_sent},
+      {"first_word:first_word_answer", first_word_answer},
+      {"last_word:last_word_sent", last_word_sent},
+      {"last_word:last_word_answer", last_word_answer},
+      {"detectable_format:bigram_wrapping", bigram_wrapping},
+      {"copy:copying_simple", copy_prompt},
+      {"copy:copying_multiple", copying_multiple},
+      {"punctuation:punctuation_dot", no_dot},
+      {"punctuation:punctuation_exclamation", no_exclamation},
+      {"count:lowercase_counting", lowercase_counting},
+      {"letters:letter_counting", letter_counting},
+      {"letters:letter_counting2", keywords_letter_frequency},
+      {"count:counting_composition", counting_composition},
+      {"count:count_unique", count_unique},
+      {"count:count_increment_word", count_increment_word},
+      {"keywords:palindrome", palindrome},
+      {"keywords:keyword_specific_position", keyword_specific_position},
+      {"keywords:start_end", start_end},
+  };
+  return m;
+}
+
 const std::map<std::string, Check>& checkers() {
   static const std::map<std::string, Check> m = {
       {"keywords:existence", keywords_existence},
@@ -511,7 +887,8 @@ class IfevalVerifier final : public sdk::Verifier {
  public:
   explicit IfevalVerifier(const sdk::ConfigView& cfg)
       : loose_(cfg.get_choice("mode", "strict", {"strict", "loose"}) == "loose"),
-        strip_thinking_(cfg.get_bool("strip_thinking", true)) {}
+        strip_thinking_(cfg.get_bool("strip_thinking", true)),
+        google_only_(cfg.get_choice("instruction_set", "all", {"all", "google"}) == "google") {}
 
   sdk::VerifierResult verify(const sdk::VerifierInput& input) const override {
     sdk::VerifierResult result;
@@ -537,11 +914,16 @@ class IfevalVerifier final : public sdk::Verifier {
     for (const Instruction& ins : instructions) {
       ojson v;
       v["id"] = ins.id;
-      const auto it = checkers().find(ins.id);
+      auto it = checkers().find(ins.id);
+      if (it == checkers().end() && !google_only_) {
+        it = ifevalg_checkers().find(ins.id);
+        if (it == ifevalg_checkers().end()) it = checkers().end();
+      }
       bool ok = false;
       std::string reason;
       if (it == checkers().end()) {
-        reason = "unknown instruction id";
+        reason = google_only_ && ifevalg_checkers().count(ins.id) ? "an IFEvalG id, and instruction_set is google"
+                                                                  : "unknown instruction id";
       } else {
         try {
           for (const std::string& r : variants) {
@@ -574,10 +956,11 @@ class IfevalVerifier final : public sdk::Verifier {
  private:
   bool loose_;
   bool strip_thinking_;
+  bool google_only_;
 };
 
 }  // namespace
 
-GRPO_PLUGIN("ifeval", "1.0.0", "IFEval instruction-following checks (Google's 25 instruction ids)") {
+GRPO_PLUGIN("ifeval", "1.0.0", "IFEval instruction-following checks (Google's 25 ids and open-instruct's IFEvalG ids)") {
   registrar.add_verifier<IfevalVerifier>("ifeval", "fraction of the row's IFEval instructions the response follows");
 }

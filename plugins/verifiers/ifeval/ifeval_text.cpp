@@ -103,6 +103,28 @@ std::vector<std::string> Regex::split(std::string_view text) const {
   return parts;
 }
 
+std::string Regex::sub(std::string_view text, const std::string& replacement) const {
+  std::string out;
+  std::size_t last = 0;
+  for_each_match(code_, text, [&](const PCRE2_SIZE* ov, int groups) {
+    out.append(text.substr(last, ov[0] - last));
+    for (std::size_t i = 0; i < replacement.size(); ++i) {
+      const char c = replacement[i];
+      if (c == '\\' && i + 1 < replacement.size() && replacement[i + 1] >= '1' && replacement[i + 1] <= '9') {
+        const int g = replacement[i + 1] - '0';
+        if (g < groups && ov[2 * g] != PCRE2_UNSET) out.append(text.substr(ov[2 * g], ov[2 * g + 1] - ov[2 * g]));
+        ++i;
+      } else {
+        out += c;
+      }
+    }
+    last = ov[1];
+    return true;
+  });
+  out.append(text.substr(std::min(last, text.size())));
+  return out;
+}
+
 // ------------------------------------------------------------------------------------------
 // Unicode case (C.UTF-8 locale's tables, as Python's str methods for the letters that matter)
 
@@ -202,6 +224,84 @@ std::string py_strip(std::string_view text, std::string_view chars) {
 std::size_t count_words(std::string_view text) {
   static const Regex word(R"(\w+)");
   return word.find_all(text);
+}
+
+namespace {
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (std::size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
+}
+}  // namespace
+
+std::vector<std::string> split_into_sentences(std::string_view input) {
+  static const std::string alphabets = "([A-Za-z])", prefixes = "(Mr|St|Mrs|Ms|Dr)[.]",
+                           suffixes = "(Inc|Ltd|Jr|Sr|Co)",
+                           starters = R"((Mr|Mrs|Ms|Dr|Prof|Capt|Cpt|Lt|He\s|She\s|It\s|They\s|Their\s|Our\s|We\s|But\s|However\s|That\s|This\s|Wherever))",
+                           acronyms = "([A-Z][.][A-Z][.](?:[A-Z][.])?)", websites = "[.](com|net|org|io|gov|edu|me)",
+                           digits = "([0-9])";
+  static const Regex r_prefixes(prefixes), r_websites(websites), r_digits(digits + "[.]" + digits),
+      r_dots(R"(\.{2,})"), r_single(R"(\s)" + alphabets + "[.] "), r_acronym_start(acronyms + " " + starters),
+      r_abc(alphabets + "[.]" + alphabets + "[.]" + alphabets + "[.]"), r_ab(alphabets + "[.]" + alphabets + "[.]"),
+      r_suffix_start(" " + suffixes + "[.] " + starters), r_suffix(" " + suffixes + "[.]"), r_alpha(" " + alphabets + "[.]");
+  std::string text = " " + std::string(input) + "  ";
+  replace_all(text, "\n", " ");
+  text = r_prefixes.sub(text, "\\1<prd>");
+  text = r_websites.sub(text, "<prd>\\1");
+  text = r_digits.sub(text, "\\1<prd>\\2");
+  {  // each run of dots: "<prd>" per dot, then "<stop>"
+    std::vector<std::string> runs;
+    std::string out;
+    std::size_t i = 0;
+    while (i < text.size()) {
+      if (text[i] == '.' && i + 1 < text.size() && text[i + 1] == '.') {
+        std::size_t j = i;
+        while (j < text.size() && text[j] == '.') ++j;
+        for (std::size_t k = i; k < j; ++k) out += "<prd>";
+        out += "<stop>";
+        i = j;
+      } else {
+        out += text[i++];
+      }
+    }
+    text = out;
+  }
+  if (text.find("Ph.D") != std::string::npos) replace_all(text, "Ph.D.", "Ph<prd>D<prd>");
+  text = r_single.sub(text, " \\1<prd> ");
+  text = r_acronym_start.sub(text, "\\1<stop> \\2");
+  text = r_abc.sub(text, "\\1<prd>\\2<prd>\\3<prd>");
+  text = r_ab.sub(text, "\\1<prd>\\2<prd>");
+  text = r_suffix_start.sub(text, " \\1<stop> \\2");
+  text = r_suffix.sub(text, " \\1<prd>");
+  text = r_alpha.sub(text, " \\1<prd>");
+  replace_all(text, ".\u201d", "\u201d.");
+  replace_all(text, ".\"", "\".");
+  replace_all(text, "!\"", "\"!");
+  replace_all(text, "?\"", "\"?");
+  replace_all(text, ".", ".<stop>");
+  replace_all(text, "?", "?<stop>");
+  replace_all(text, "!", "!<stop>");
+  replace_all(text, "<prd>", ".");
+  std::vector<std::string> sentences;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t at = text.find("<stop>", start);
+    sentences.push_back(py_strip(std::string_view(text).substr(start, at == std::string::npos ? std::string::npos : at - start)));
+    if (at == std::string::npos) break;
+    start = at + 6;
+  }
+  if (!sentences.empty() && sentences.back().empty()) sentences.pop_back();
+  return sentences;
+}
+
+std::string py_reverse(std::string_view text) {
+  std::vector<std::string> cps;
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t start = i;
+    next_cp(text, i);
+    cps.emplace_back(text.substr(start, i - start));
+  }
+  std::string out;
+  for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += *it;
+  return out;
 }
 
 std::vector<std::string> word_tokens(std::string_view text) {

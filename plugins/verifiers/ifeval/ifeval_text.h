@@ -30,6 +30,8 @@ class Regex {
   std::size_t find_all(std::string_view text, std::vector<std::string>* out = nullptr) const;
   // re.split(pattern, text)
   std::vector<std::string> split(std::string_view text) const;
+  // re.sub(pattern, replacement, text) with \1..\9 group references in `replacement`.
+  std::string sub(std::string_view text, const std::string& replacement) const;
 
  private:
   void* code_ = nullptr;  // pcre2_code_8*
@@ -43,6 +45,10 @@ std::size_t count_words(std::string_view text);
 // len(nltk punkt English sentence tokenizer(text)): a port of NLTK's PunktSentenceTokenizer
 // with the trained English parameters (punkt_english.inc).
 std::size_t count_sentences(std::string_view text);
+// instructions_util.split_into_sentences (the reference's regex splitter, used by IFEvalG ids).
+std::vector<std::string> split_into_sentences(std::string_view text);
+// Python s[::-1] (by code point).
+std::string py_reverse(std::string_view text);
 // nltk.word_tokenize approximation used by change_case:capital_word_frequency (ifeval.md).
 std::vector<std::string> word_tokens(std::string_view text);
 // The language of `text` as the reference's langdetect would name it ("en", "fr", "zh-cn",

@@ -4,6 +4,7 @@
 // responses (tests/fixtures/verifiers/ifeval/README.md).
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -176,6 +177,31 @@ TEST(IfevalAgreement, PerInstructionVerdictsMatchGooglesReferenceOnGpt4Responses
   EXPECT_EQ(total, 832u);
   EXPECT_GE(agree_strict * 100, total * 98);
   EXPECT_GE(agree_loose * 100, total * 98);
+}
+
+TEST(IfevalG, EveryIdMatchesOpenInstructsReferenceOnHandWrittenCases) {
+  // ifevalg_cases.jsonl: for each of the 29 IFEvalG ids, a following and a violating
+  // response, with the verdict of open-instruct's reference checker (make_ifevalg_expected.py).
+  std::ifstream in(std::string(GRPO_IFEVAL_FIXTURES) + "/ifevalg_cases.jsonl");
+  ASSERT_TRUE(in.good());
+  auto v = make();
+  std::set<std::string> ids;
+  std::size_t cases = 0;
+  for (std::string line; std::getline(in, line);) {
+    const json c = json::parse(line);
+    ids.insert(c["id"].get<std::string>());
+    ++cases;
+    const VerifierResult r = run(*v, c["response"], {{"instruction_id", {c["id"]}}, {"kwargs", {c["kwargs"]}}});
+    EXPECT_EQ(r.score, c["expected"].get<bool>() ? 1.0 : 0.0)
+        << c["id"] << " (" << c["why"] << "): " << c["response"] << "\n  " << r.details;
+  }
+  EXPECT_EQ(ids.size(), 29u);
+  EXPECT_EQ(cases, 58u);
+  // instruction_set: google refuses them with a reason
+  const VerifierResult r = run(*make({{"instruction_set", "google"}}), "x",
+                               {{"instruction_id", {"punctuation:punctuation_dot"}}, {"kwargs", {json::object()}}});
+  EXPECT_EQ(r.score, 0.0);
+  EXPECT_EQ(json::parse(r.details)["verdicts"][0]["reason"], "an IFEvalG id, and instruction_set is google");
 }
 
 }  // namespace
