@@ -10,6 +10,9 @@
 #include "core/plugin/plugin_registry.h"
 #include "core/plugin/search_path.h"
 #include "grpo/sdk/config_value.h"
+#include "grpo/sdk/verifier.h"
+
+#include <nlohmann/json.hpp>
 
 namespace grpo::testing {
 
@@ -48,6 +51,19 @@ std::shared_ptr<Interface> create_component(const std::string& name, const std::
   std::shared_ptr<Interface> component = build_plugin_registry().create<Interface>(name, &node, key_path);
   if (!component) throw std::runtime_error("create returned null for '" + name + "'");
   return component;
+}
+
+// One verify() call the way the trainer makes it: `ground_truth` is the row's JSON value.
+inline grpo::sdk::VerifierResult verify_once(const grpo::sdk::Verifier& verifier, const std::string& completion,
+                                             const nlohmann::json& ground_truth, const std::string& dataset = "test") {
+  const std::string truth = ground_truth.dump();
+  grpo::sdk::VerifierInput in;
+  in.prompt = "p";
+  in.completion = completion;
+  in.ground_truth = truth;
+  in.dataset = dataset;
+  in.metadata = "{}";
+  return verifier.verify(in);
 }
 
 }  // namespace grpo::testing

@@ -5,7 +5,8 @@
 //
 // Ground truth (a JSON value, or a JSON string holding one, as open-instruct stores it):
 //   {"test": "def check(candidate): ...", "entry_point": "f"}   HumanEval: one test,
-//                                                                 test + check(f)
+//                                                                 test + check(f); with a
+//   "prompt", a block that does not define f is taken as f's body: prompt + block
 //   ["assert f(1) == 2", ...]                                     asserts, one test each
 //   {"asserts"|"test_list": [...], "setup"|"test_setup_code": "..."}   MBPP
 //   {"inputs": [...], "outputs": [...]}                           stdin/stdout cases
@@ -85,7 +86,13 @@ std::string as_text(const nlohmann::json& v) {
 }
 
 // Tests of a ground truth, or empty with `why`.
-std::vector<TestCase> parse_tests(nlohmann::json gt, std::string* why) {
+// HumanEval ground truths may carry the problem's "prompt" (signature + docstring): a
+// completion that gives only the function body is run as prompt + body.
+struct PromptPrefix {
+  std::string prompt, entry_point;
+};
+
+std::vector<TestCase> parse_tests(nlohmann::json gt, std::string* why, PromptPrefix* prefix) {
   std::vector<TestCase> tests;
   if (gt.is_string()) {
     const std::string s = gt.get<std::string>();
@@ -113,8 +120,11 @@ std::vector<TestCase> parse_tests(nlohmann::json gt, std::string* why) {
     }
   } else if (gt.is_object() && gt.contains("test") && gt["test"].is_string()) {
     std::string script = gt["test"].get<std::string>();
-    if (gt.contains("entry_point") && gt["entry_point"].is_string())
+    if (gt.contains("entry_point") && gt["entry_point"].is_string()) {
       script += "\n\ncheck(" + gt["entry_point"].get<std::string>() + ")\n";
+      if (gt.contains("prompt") && gt["prompt"].is_string())
+        *prefix = {gt["prompt"].get<std::string>(), gt["entry_point"].get<std::string>()};
+    }
     tests.push_back({script});
   } else if (gt.is_object() && (gt.contains("asserts") || gt.contains("test_list"))) {
     const auto& list = gt.contains("asserts") ? gt["asserts"] : gt["test_list"];
@@ -236,7 +246,8 @@ class CodeVerifier : public sdk::Verifier {
       return result;
     }
     std::string why;
-    std::vector<TestCase> tests = parse_tests(gt, &why);
+    PromptPrefix prefix;
+    std::vector<TestCase> tests = parse_tests(gt, &why, &prefix);
     if (tests.empty()) {
       details["reason"] = why;
       result.details = dump(details);
@@ -252,6 +263,8 @@ class CodeVerifier : public sdk::Verifier {
       }
       code = std::string(input.completion);
     }
+    if (!prefix.prompt.empty() && code.find("def " + prefix.entry_point + "(") == std::string::npos)
+      code = prefix.prompt + code;
     std::size_t passed = 0;
     json first_failure;
     double seconds = 0.0;

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <random>
 
 namespace grpo_code {
 
@@ -25,12 +26,15 @@ struct Sandbox::State {
   std::mutex mutex;
   std::condition_variable freed;
   std::vector<bool> busy;
+  std::vector<uid_t> uids;   // uid of each busy slot (root only)
+  std::mt19937_64 rng{std::random_device{}()};
 };
 
 Sandbox::Sandbox(std::string bwrap, std::string python, unsigned slots, unsigned uid_base)
     : bwrap_(std::move(bwrap)), python_(std::move(python)), slots_(slots ? slots : 1), uid_base_(uid_base),
       state_(std::make_unique<State>()) {
   state_->busy.assign(slots_, false);
+  state_->uids.assign(slots_, 0);
 }
 
 Sandbox::~Sandbox() = default;
@@ -47,10 +51,25 @@ unsigned Sandbox::acquire() const {
   }
 }
 
+uid_t Sandbox::pick_uid(unsigned slot) const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  std::uniform_int_distribution<unsigned> dist(0, kUidCount - 1);
+  for (;;) {
+    const uid_t uid = static_cast<uid_t>(uid_base_ + dist(state_->rng));
+    bool taken = false;
+    for (unsigned i = 0; i < slots_; ++i) taken = taken || (i != slot && state_->busy[i] && state_->uids[i] == uid);
+    if (!taken) {
+      state_->uids[slot] = uid;
+      return uid;
+    }
+  }
+}
+
 void Sandbox::release(unsigned slot) const {
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->busy[slot] = false;
+    state_->uids[slot] = 0;
   }
   state_->freed.notify_one();
 }
@@ -159,9 +178,13 @@ RunResult Sandbox::run(const std::vector<std::string>& python_args, const std::v
   char* envp[] = {nullptr};
 
   const bool root = geteuid() == 0;
-  const uid_t sandbox_uid = root ? static_cast<uid_t>(uid_base_ + slot) : getuid();
-  // As root, RLIMIT_NPROC is not enforced (the kernel exempts uid 0): the program runs as an
-  // unprivileged uid of its own. Otherwise the limit counts every process of the user.
+  // As root, RLIMIT_NPROC is not enforced (the kernel exempts uid 0): every run gets an
+  // unprivileged uid of its own, drawn at random from [uid_base, uid_base + kUidCount) and
+  // distinct from the uids of this process's other running slots. RLIMIT_NPROC counts the
+  // processes of that host uid, so a fork bomb exhausts only its own budget; the random draw
+  // keeps two verifier instances (or two processes, e.g. ctest -j) from sharing a budget.
+  // Otherwise the limit counts every process of the user.
+  const uid_t sandbox_uid = root ? pick_uid(slot) : getuid();
   const std::uint64_t nproc = root ? limits.max_processes : processes_of(getuid()) + limits.max_processes;
 
   int in_pipe[2], out_pipe[2], err_pipe[2];
@@ -290,11 +313,6 @@ RunResult Sandbox::run(const std::vector<std::string>& python_args, const std::v
     usleep(1000);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // As root the slot's uid is the sandbox's alone: wait until the kernel has torn down every
-  // process of the run (a killed fork bomb takes a moment), so the next run of this slot
-  // starts with its whole process budget.
-  if (root)
-    for (int i = 0; i < 500 && processes_of(sandbox_uid) > 0; ++i) usleep(2000);
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
   return result;

@@ -2,7 +2,7 @@
 // new user, pid, network, ipc, uts and mount namespaces; a read-only /usr and nothing else of
 // the host (no /home, /root, /etc, project, /tmp); a private size-limited tmpfs as the only
 // writable place; rlimits on CPU time, address space, file size and process count; an
-// unprivileged uid per concurrent slot when the host runs as root; a wall-clock limit and an
+// fresh unprivileged uid per run when the host runs as root; a wall-clock limit and an
 // output cap enforced from outside; the whole pid namespace killed when the run ends.
 #pragma once
 
@@ -42,8 +42,12 @@ struct RunResult {
 
 class Sandbox {
  public:
+  // Uids a root host runs programs as: [uid_base, uid_base + kUidCount).
+  static constexpr unsigned kUidCount = 65536;
+
   // bwrap and python are absolute paths; uid_base is the first uid used for sandboxed programs
-  // when this process is root (slot k runs as uid_base + k); ignored otherwise.
+  // when this process is root (each run draws a fresh uid from [uid_base, uid_base +
+  // kUidCount)); ignored otherwise.
   Sandbox(std::string bwrap, std::string python, unsigned slots, unsigned uid_base);
   ~Sandbox();
   Sandbox(const Sandbox&) = delete;
@@ -62,6 +66,7 @@ class Sandbox {
  private:
   unsigned acquire() const;
   void release(unsigned slot) const;
+  unsigned pick_uid(unsigned slot) const;
 
   std::string bwrap_, python_;
   unsigned slots_, uid_base_;

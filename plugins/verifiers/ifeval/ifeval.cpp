@@ -109,6 +109,30 @@ bool ends_with(std::string_view s, std::string_view p) {
   return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
 }
 
+// Python str.split(sep) for a literal separator.
+std::vector<std::string> split_on(const std::string& s, const std::string& sep) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t at = s.find(sep, start);
+    parts.push_back(s.substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (at == std::string::npos) return parts;
+    start = at + sep.size();
+  }
+}
+
+// The reference's paragraph count: parts split by `separator`, an empty first or last part
+// not counted; -1 when an empty part sits between two others (the reference returns False).
+long long count_paragraphs(const std::vector<std::string>& parts) {
+  long long n = static_cast<long long>(parts.size());
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    if (strip(parts[i]).empty()) {
+      if (i == 0 || i + 1 == parts.size()) --n;
+      else return -1;
+    }
+  return n;
+}
+
 // ---- the 25 checkers (reference: instructions.py, class named in each comment) ----------------
 
 using Check = std::function<bool(const std::string& value, const json& kw, std::string* why)>;
@@ -171,16 +195,11 @@ bool number_sentences(const std::string& v, const json& kw, std::string* why) {
 // ParagraphChecker
 bool number_paragraphs(const std::string& v, const json& kw, std::string* why) {
   const long long want = int_arg(kw, "num_paragraphs");
-  const std::vector<std::string> parts = regex(R"(\s?\*\*\*\s?)", 0)->split(v);
-  long long n = static_cast<long long>(parts.size());
-  for (std::size_t i = 0; i < parts.size(); ++i)
-    if (strip(parts[i]).empty()) {
-      if (i == 0 || i + 1 == parts.size()) --n;
-      else {
-        *why = "an empty paragraph between *** separators";
-        return false;
-      }
-    }
+  const long long n = count_paragraphs(regex(R"(\s?\*\*\*\s?)", 0)->split(v));
+  if (n < 0) {
+    *why = "an empty paragraph between *** separators";
+    return false;
+  }
   if (n != want) *why = "found " + std::to_string(n) + " paragraphs, need " + std::to_string(want);
   return n == want;
 }
@@ -323,14 +342,8 @@ bool title(const std::string& v, const json&, std::string* why) {
 
 // TwoResponsesChecker
 bool two_responses(const std::string& v, const json&, std::string* why) {
-  std::vector<std::string> parts, valid;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t at = v.find("******", start);
-    parts.push_back(v.substr(start, at == std::string::npos ? std::string::npos : at - start));
-    if (at == std::string::npos) break;
-    start = at + 6;
-  }
+  const std::vector<std::string> parts = split_on(v, "******");
+  std::vector<std::string> valid;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     if (strip(parts[i]).empty()) {
       if (i != 0 && i + 1 != parts.size()) {
@@ -462,14 +475,7 @@ bool sentence_hyphens(const std::string& v, const json&, std::string* why) {
   std::string no_hyphens = v;
   std::replace(no_hyphens.begin(), no_hyphens.end(), '-', ' ');
   const std::vector<std::string> gold = grpo_ifeval::split_into_sentences(no_hyphens);
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t at = v.find('-', start);
-    parts.push_back(v.substr(start, at == std::string::npos ? std::string::npos : at - start));
-    if (at == std::string::npos) break;
-    start = at + 1;
-  }
+  const std::vector<std::string> parts = split_on(v, "-");
   for (std::size_t i = 0; i < std::min(parts.size(), gold.size()); ++i)
     if (strip(parts[i]) != parts[i] || parts[i] != gold[i]) {
       *why = "sentences must be joined by hyphens without spaces";
@@ -532,16 +538,11 @@ bool exclude_word_harder(const std::string& v, const json& kw, std::string* why)
 
 // ParagraphBasicChecker / ParagraphBasicChecker2: exactly two paragraphs
 bool two_paragraphs(const std::string& v, const char* separator, std::string* why) {
-  const std::vector<std::string> parts = regex(separator, 0)->split(v);
-  long long n = static_cast<long long>(parts.size());
-  for (std::size_t i = 0; i < parts.size(); ++i)
-    if (strip(parts[i]).empty()) {
-      if (i == 0 || i + 1 == parts.size()) --n;
-      else {
-        *why = "an empty paragraph";
-        return false;
-      }
-    }
+  const long long n = count_paragraphs(regex(separator, 0)->split(v));
+  if (n < 0) {
+    *why = "an empty paragraph";
+    return false;
+  }
   if (n != 2) *why = "found " + std::to_string(n) + " paragraphs, need 2";
   return n == 2;
 }
@@ -617,14 +618,7 @@ bool bigram_wrapping(const std::string& v, const json&, std::string* why) {
 bool copying_multiple(const std::string& v, const json& kw, std::string* why) {
   const std::string prompt = lower(strip(str_arg(kw, "prompt_to_repeat")));
   const long long n = int_arg(kw, "N");
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t at = v.find("******", start);
-    parts.push_back(v.substr(start, at == std::string::npos ? std::string::npos : at - start));
-    if (at == std::string::npos) break;
-    start = at + 6;
-  }
+  const std::vector<std::string> parts = split_on(v, "******");
   if (static_cast<long long>(parts.size()) != n) {
     *why = "found " + std::to_string(parts.size()) + " copies, need " + std::to_string(n);
     return false;
@@ -667,12 +661,9 @@ bool letter_counting(const std::string& v, const json& kw, std::string* why) {
 bool counting_composition(const std::string& v, const json& kw, std::string* why) {
   const long long n_sent = int_arg(kw, "n_sent"), n_words = int_arg(kw, "n_words");
   const std::vector<std::string> parts = regex(R"(\s?\*\*\*\s?)", 0)->split(v);
-  long long n = static_cast<long long>(parts.size());
+  const long long n = count_paragraphs(parts);
+  if (n < 0) return false;
   for (std::size_t i = 0; i < parts.size(); ++i) {
-    if (strip(parts[i]).empty()) {
-      if (i == 0 || i + 1 == parts.size()) --n;
-      else return false;
-    }
     const std::vector<std::string> sentences = grpo_ifeval::split_into_sentences(parts[i]);
     if (static_cast<long long>(sentences.size()) != n_sent) {
       *why = "paragraph " + std::to_string(i + 1) + " has " + std::to_string(sentences.size()) + " sentences";
@@ -806,14 +797,7 @@ const std::map<std::string, Check>& checkers() {
 // The reference's loose mode: the response, without its first line, last line or both, each
 // also with every '*' removed; an instruction is followed when any non-empty variant follows it.
 std::vector<std::string> loose_variants(const std::string& response) {
-  std::vector<std::string> lines;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t at = response.find('\n', start);
-    lines.push_back(response.substr(start, at == std::string::npos ? std::string::npos : at - start));
-    if (at == std::string::npos) break;
-    start = at + 1;
-  }
+  const std::vector<std::string> lines = split_on(response, "\n");
   auto join = [&](std::size_t from, std::size_t to) {
     std::string s;
     for (std::size_t i = from; i < to; ++i) s += (i > from ? "\n" : "") + lines[i];

@@ -350,18 +350,21 @@ class Parser {
       next();
       return node(Node::kNeg, {script_argument()});
     }
-    if (peek().kind == Token::kNum) {
-      // One digit only: the rest of the literal stays in the stream.
-      Token& t = t_[pos_];
-      if (t.text.size() > 1 && t.text.find_first_of(".eE") == std::string::npos) {
-        const std::string first = t.text.substr(0, 1);
-        t.text = t.text.substr(1);
-        return num(literal_value(first));
-      }
-      next();
-      return num(literal_value(t.text));
-    }
+    if (peek().kind == Token::kNum) return one_digit();
     return primary();
+  }
+
+  // A TeX argument that is a bare number takes one digit (x^23 is x^{2}3, \frac12 is
+  // \frac{1}{2}); the rest of the literal stays in the stream.
+  NodePtr one_digit() {
+    Token& t = t_[pos_];
+    if (t.text.size() > 1 && t.text.find_first_of(".eE") == std::string::npos) {
+      const std::string first = t.text.substr(0, 1);
+      t.text = t.text.substr(1);
+      return num(literal_value(first));
+    }
+    next();
+    return num(literal_value(t.text));
   }
 
   NodePtr power() {
@@ -399,16 +402,7 @@ class Parser {
       expect_char("}");
       return e;
     }
-    if (peek().kind == Token::kNum) {
-      Token& t = t_[pos_];
-      if (t.text.size() > 1 && t.text.find_first_of(".eE") == std::string::npos) {
-        const std::string first = t.text.substr(0, 1);
-        t.text = t.text.substr(1);
-        return num(literal_value(first));
-      }
-      next();
-      return num(literal_value(t.text));
-    }
+    if (peek().kind == Token::kNum) return one_digit();
     if (peek().kind == Token::kLetter) return variable();
     return primary();
   }

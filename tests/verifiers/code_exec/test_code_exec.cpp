@@ -52,14 +52,7 @@ const std::shared_ptr<Verifier>& shared_verifier() {
 }
 
 VerifierResult run(const Verifier& v, const std::string& code, const json& gt) {
-  const std::string completion = "Here it is:\n```python\n" + code + "\n```\n";
-  const std::string truth = gt.dump();
-  VerifierInput in;
-  in.completion = completion;
-  in.ground_truth = truth;
-  in.dataset = "code";
-  in.metadata = "{}";
-  return v.verify(in);
+  return grpo::testing::verify_once(v, "Here it is:\n```python\n" + code + "\n```\n", gt, "code");
 }
 
 json details(const VerifierResult& r) { return json::parse(r.details); }
@@ -112,6 +105,14 @@ TEST(CodeExecVerifier, AssertTestsScoreThePassRate) {
                 {{"test", "def check(candidate):\n    assert candidate(1) == 2\n"}, {"entry_point", "inc"}})
                 .score,
             1.0);
+  // HumanEval with the prompt: a block holding only the body runs as prompt + body; a block
+  // defining the function runs as it is
+  const json with_prompt = {{"prompt", "def inc(x):\n    \"\"\"x + 1\"\"\"\n"},
+                            {"test", "def check(candidate):\n    assert candidate(1) == 2\n"},
+                            {"entry_point", "inc"}};
+  EXPECT_EQ(run(v, "    return x + 1", with_prompt).score, 1.0);
+  EXPECT_EQ(run(v, "    return x", with_prompt).score, 0.0);
+  EXPECT_EQ(run(v, "def inc(y):\n    return y + 1", with_prompt).score, 1.0);
   // open-instruct stores the list as a JSON string
   EXPECT_EQ(run(v, code, json("[\"assert add(1, 1) == 2\"]")).score, 1.0);
 }
@@ -172,25 +173,50 @@ TEST(CodeExecVerifier, OptionsAreValidatedAndABrokenSandboxIsAConfigError) {
 
 // ---- hostile programs ----------------------------------------------------------------------
 
+// A 1 s limit for the programs that run until killed.
+const std::shared_ptr<Verifier>& short_verifier() {
+  static const std::shared_ptr<Verifier> v = make({{"timeout_s", "1"}});
+  return v;
+}
+
 TEST(CodeExecSandbox, InfiniteLoopIsKilledAtTheWallClockLimit) {
-  const Verifier& v = *shared_verifier();
+  const Verifier& v = *short_verifier();
   const auto t0 = std::chrono::steady_clock::now();
   const VerifierResult r = run(v, "while True:\n    pass\nok = True", kNeedsOk);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(r.score, 0.0);
-  EXPECT_LT(s, 10.0);  // killed near the 2 s limit, not a speed check
+  EXPECT_LT(s, 10.0);  // killed near the 1 s limit, not a speed check
   const json f = details(r)["first_failure"];
   EXPECT_TRUE(f.contains("killed") || f.value("exit_code", 0) != 0) << r.details;
   expect_pool_still_works(v);
 }
 
 TEST(CodeExecSandbox, ForkBombIsContained) {
-  const Verifier& v = *shared_verifier();
-  const VerifierResult r =
-      run(v, "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\nok = True", kNeedsOk);
-  EXPECT_EQ(r.score, 0.0) << r.details;
-  // The host can still start processes and the pool still runs programs.
+  const Verifier& v = *short_verifier();
+  // The process limit holds (also as root, where the kernel exempts uid 0 from RLIMIT_NPROC):
+  // forking until refused gets at most max_processes (16) children.
+  const VerifierResult counted = run(v,
+                                     "import os, sys, time\nn = 0\ntry:\n    while n < 10000:\n"
+                                     "        if os.fork() == 0:\n            time.sleep(3)\n            os._exit(0)\n"
+                                     "        n += 1\nexcept OSError:\n    pass\nsys.stderr.write('forked=%d' % n)\nok = False",
+                                     kNeedsOk);
+  const std::string err = details(counted)["first_failure"]["stderr"].get<std::string>();
+  const std::size_t at = err.find("forked=");
+  ASSERT_NE(at, std::string::npos) << counted.details;
+  EXPECT_LT(std::stoi(err.substr(at + 7)), 16) << counted.details;
+  std::printf("fork until refused: %s (max_processes 16)\n", err.substr(at).c_str());
+  // A real fork bomb, while a normal program runs in the other slot: the bomb scores 0, the
+  // normal program is not starved of processes, the host can still start processes.
+  VerifierResult bomb;
+  std::thread t([&] {
+    bomb = run(v, "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\nok = True",
+               kNeedsOk);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  expect_pool_still_works(v);
   EXPECT_EQ(system("true"), 0);
+  t.join();
+  EXPECT_EQ(bomb.score, 0.0) << bomb.details;
   expect_pool_still_works(v);
 }
 
@@ -326,9 +352,14 @@ TEST(CodeExecBenchmark, HumanEvalCanonicalSolutionsPassAndEmptyBodiesFail) {
       }
     }
   };
+  const auto t0 = std::chrono::steady_clock::now();
   std::thread a(worker), b(worker);
   a.join();
   b.join();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::size_t programs = rows.size() + (rows.size() + 7) / 8;
+  std::printf("HumanEval: %zu sandboxed programs in %.2f s with 2 threads (%.1f programs/s)\n", programs, secs,
+              programs / secs);
   for (std::size_t i = 0; i < rows.size(); ++i)
     if (!failures[i].empty()) std::printf("HumanEval/%zu: %s\n", i, failures[i].substr(0, 300).c_str());
   std::printf("HumanEval canonical solutions: %zu / %zu pass; empty bodies failing: %zu / 21\n", passed.load(),

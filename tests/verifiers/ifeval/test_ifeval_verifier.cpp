@@ -29,13 +29,7 @@ std::shared_ptr<Verifier> make(const std::vector<Option>& opts = {}) {
 }
 
 VerifierResult run(const Verifier& v, const std::string& response, const json& gt) {
-  const std::string truth = gt.dump();
-  VerifierInput in;
-  in.completion = response;
-  in.ground_truth = truth;
-  in.dataset = "ifeval";
-  in.metadata = "{}";
-  return v.verify(in);
+  return grpo::testing::verify_once(v, response, gt, "ifeval");
 }
 
 // One instruction in the open-instruct form.

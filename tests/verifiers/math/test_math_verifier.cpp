@@ -32,14 +32,7 @@ std::shared_ptr<Verifier> make(const std::string& name, const std::vector<Option
 }
 
 VerifierResult run(const Verifier& v, const std::string& completion, const json& gt) {
-  const std::string truth = gt.dump();
-  VerifierInput in;
-  in.prompt = "p";
-  in.completion = completion;
-  in.ground_truth = truth;
-  in.dataset = "math";
-  in.metadata = "{}";
-  return v.verify(in);
+  return grpo::testing::verify_once(v, completion, gt, "math");
 }
 
 json details(const VerifierResult& r) { return json::parse(r.details); }
