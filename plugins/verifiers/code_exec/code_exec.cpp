@@ -10,13 +10,17 @@
 //   ["assert f(1) == 2", ...]                                     asserts, one test each
 //   {"asserts"|"test_list": [...], "setup"|"test_setup_code": "..."}   MBPP
 //   {"inputs": [...], "outputs": [...]}                           stdin/stdout cases
+//   [{"input": "...", "output": "..."}, ...]                      open-instruct's stdio form
 //   {"input_output": "<that object as a JSON string>"}            APPS / TACO
 // Assert tests pass when the process exits 0 AND prints, last, a random token that the
 // harness read from stdin before running the code: `exit(0)` before the tests does not pass.
-// stdio tests pass when stdout equals the expected output line by line, each line stripped
-// of surrounding whitespace, trailing empty lines ignored.
+// stdio tests pass when stdout equals the expected output as open-instruct's grade_stdio
+// compares them: both stripped, split into lines, each line stripped; lines equal as text or
+// as the same list of decimal numbers ("1.0" == "1").
 // Depends on the SDK, header-only nlohmann-json and POSIX: no LibTorch.
 #include <algorithm>
+#include <atomic>
+#include <cctype>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -110,7 +114,19 @@ std::vector<TestCase> parse_tests(nlohmann::json gt, std::string* why, PromptPre
       return {};
     }
   }
-  if (gt.is_array()) {
+  if (gt.is_array() && !gt.empty() && gt[0].is_object()) {  // open-instruct stdio: [{"input", "output"}]
+    for (const auto& t : gt) {
+      if (!t.is_object() || !t.contains("input") || !t.contains("output")) {
+        *why = "a list of stdio tests must hold {\"input\", \"output\"} objects";
+        return {};
+      }
+      TestCase c;
+      c.stdio = true;
+      c.input = as_text(t["input"]);
+      c.expected_output = as_text(t["output"]);
+      tests.push_back(c);
+    }
+  } else if (gt.is_array()) {
     for (const auto& t : gt) {
       if (!t.is_string()) {
         *why = "a list ground truth must hold assert strings";
@@ -164,20 +180,118 @@ std::vector<TestCase> parse_tests(nlohmann::json gt, std::string* why, PromptPre
   return tests;
 }
 
+bool py_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+std::string py_strip(const std::string& s) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && py_space(s[b])) ++b;
+  while (e > b && py_space(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+
+// open-instruct's get_stripped_lines: strip the whole text, split at '\n', strip each line.
 std::vector<std::string> stripped_lines(const std::string& text) {
+  const std::string all = py_strip(text);
   std::vector<std::string> lines;
   std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    const std::size_t b = line.find_first_not_of(" \t\r");
-    const std::size_t e = line.find_last_not_of(" \t\r");
-    lines.push_back(b == std::string::npos ? "" : line.substr(b, e - b + 1));
+  for (;;) {
+    const std::size_t end = all.find('\n', start);
+    lines.push_back(py_strip(all.substr(start, end == std::string::npos ? std::string::npos : end - start)));
+    if (end == std::string::npos) break;
     start = end + 1;
   }
-  while (!lines.empty() && lines.back().empty()) lines.pop_back();
   return lines;
+}
+
+// A canonical form of a Python Decimal literal, equal for equal values ("1.0", "1", "1e0" ->
+// "+1e0"), or false when the token is not a decimal number.
+bool canonical_decimal(const std::string& tok, std::string* out) {
+  std::size_t i = 0;
+  char sign = '+';
+  if (i < tok.size() && (tok[i] == '+' || tok[i] == '-')) sign = tok[i++];
+  std::string lower;
+  for (std::size_t k = i; k < tok.size(); ++k) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(tok[k])));
+  if (lower == "inf" || lower == "infinity") {
+    *out = std::string(1, sign) + "inf";
+    return true;
+  }
+  if (lower == "nan") {  // NaN equals nothing: a unique form per call
+    static std::atomic<unsigned long> n{0};
+    *out = "nan" + std::to_string(n++);
+    return true;
+  }
+  std::string digits;
+  long long frac = 0;
+  bool dot = false, any = false;
+  for (; i < tok.size(); ++i) {
+    const char c = tok[i];
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      digits += c;
+      any = true;
+      if (dot) ++frac;
+    } else if (c == '.' && !dot) {
+      dot = true;
+    } else {
+      break;
+    }
+  }
+  if (!any) return false;
+  long long exp = 0;
+  if (i < tok.size() && (tok[i] == 'e' || tok[i] == 'E')) {
+    ++i;
+    bool neg = false;
+    if (i < tok.size() && (tok[i] == '+' || tok[i] == '-')) neg = tok[i++] == '-';
+    if (i >= tok.size() || tok.size() - i > 15) return false;
+    for (; i < tok.size(); ++i) {
+      if (!std::isdigit(static_cast<unsigned char>(tok[i]))) return false;
+      exp = exp * 10 + (tok[i] - '0');
+    }
+    if (neg) exp = -exp;
+  }
+  if (i != tok.size()) return false;
+  exp -= frac;
+  const std::size_t first = digits.find_first_not_of('0');
+  if (first == std::string::npos) {
+    *out = "0";
+    return true;
+  }
+  digits.erase(0, first);
+  while (digits.back() == '0') {
+    digits.pop_back();
+    ++exp;
+  }
+  *out = std::string(1, sign) + digits + "e" + std::to_string(exp);
+  return true;
+}
+
+// One line of output against the expected line: equal after stripping, or (as open-instruct
+// does) the same whitespace-separated list of decimal numbers.
+bool same_line(const std::string& got, const std::string& want) {
+  if (got == want) return true;
+  auto numbers = [](const std::string& line, std::vector<std::string>* out) {
+    std::size_t i = 0;
+    while (i < line.size()) {
+      while (i < line.size() && py_space(line[i])) ++i;
+      if (i >= line.size()) break;
+      std::size_t j = i;
+      while (j < line.size() && !py_space(line[j])) ++j;
+      std::string c;
+      if (!canonical_decimal(line.substr(i, j - i), &c)) return false;
+      out->push_back(c);
+      i = j;
+    }
+    return true;
+  };
+  std::vector<std::string> a, b;
+  return numbers(got, &a) && numbers(want, &b) && a == b;
+}
+
+bool same_output(const std::string& got, const std::string& want) {
+  const std::vector<std::string> a = stripped_lines(got), b = stripped_lines(want);
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!same_line(a[i], b[i])) return false;
+  return true;
 }
 
 // The harness of assert tests: reads the token before the solution runs, runs solution and
@@ -222,7 +336,7 @@ class CodeVerifier : public sdk::Verifier {
     if (cfg.get_int("max_processes", 32) < 1) cfg.fail("max_processes", "must be >= 1");
     if (cfg.get_int("output_kb", 1024) < 1) cfg.fail("output_kb", "must be >= 1");
     if (cfg.get_int("tmp_mb", 64) < 1) cfg.fail("tmp_mb", "must be >= 1");
-    if (concurrency < 0) cfg.fail("max_concurrency", "must be >= 0 (0 = the number of cores)");
+    if (concurrency < 0 || concurrency > 4096) cfg.fail("max_concurrency", "must be in [0, 4096] (0 = the number of cores)");
     if (uid_base < 1000 || uid_base > 4000000000LL) cfg.fail("sandbox_uid_base", "must be in [1000, 4e9]");
     if (!(pass_threshold_ >= 0.0 && pass_threshold_ <= 1.0)) cfg.fail("pass_threshold", "must be in [0, 1]");
     if (max_tests_ < 1) cfg.fail("max_tests", "must be >= 1");
@@ -275,7 +389,7 @@ class CodeVerifier : public sdk::Verifier {
       if (t.stdio) {
         r = sandbox_->run({"/code/solution.py"}, {{"/code/solution.py", code}}, t.input, limits_);
         ok = r.started && r.exit_code == 0 && !r.timed_out && !r.output_limit &&
-             stripped_lines(r.out) == stripped_lines(t.expected_output);
+             same_output(r.out, t.expected_output);
       } else {
         const std::string token = random_token();
         r = sandbox_->run({"-c", kHarness}, {{"/code/solution.py", code}, {"/code/test.py", t.script}}, token + "\n",

@@ -124,6 +124,15 @@ TEST(CodeExecVerifier, StdioTestsCompareStrippedLines) {
   const VerifierResult r = run(v, code, gt);
   EXPECT_NEAR(r.score, 2.0 / 3.0, 1e-12) << r.details;
   EXPECT_EQ(details(r)["first_failure"]["test"], 2);
+  // open-instruct's form, a list of {input, output}; lines also match as decimal numbers
+  // (grade_stdio: "2.50" == "2.5", "1e2" == "100"), never as other text
+  const std::string half = "a, b = map(float, input().split())\nprint()\nprint(a / b, ' ', a * b)";
+  EXPECT_EQ(run(v, half, json::array({{{"input", "5 2\n"}, {"output", "2.50 1e1"}},
+                                      {{"input", "1 4\n"}, {"output", "\n0.25   4.0\n\n"}},
+                                      {{"input", "1 1\n"}, {"output", "1.0 one"}},
+                                      {{"input", "1 2\n"}, {"output", "0.5"}}}))
+                .score,
+            0.5);
   // APPS-style input_output string
   EXPECT_EQ(run(v, code, {{"input_output", json({{"inputs", {"1\n"}}, {"outputs", {"2\ndone\n"}}}).dump()}}).score, 1.0);
 }
@@ -162,6 +171,7 @@ TEST(CodeExecVerifier, CompletionsAndGroundTruthsThatAreNotTests) {
 TEST(CodeExecVerifier, OptionsAreValidatedAndABrokenSandboxIsAConfigError) {
   EXPECT_THROW(make({{"timeout_s", "0"}}), ConfigError);
   EXPECT_THROW(make({{"pass_threshold", "2"}}), ConfigError);
+  EXPECT_THROW(make({{"max_concurrency", "100000"}}), ConfigError);
   try {
     grpo::testing::create_component<Verifier>("code", {{"bwrap", "/nonexistent/bwrap"}}, "verifiers[0]");
     ADD_FAILURE() << "a missing bubblewrap must be an error";
