@@ -6,6 +6,9 @@ benchmark files, in grpo-verify's input format ({"completion", "ground_truth", "
   gsm8k.jsonl   GSM8K test (openai/grade-school-math, MIT): reference solution vs final number
   code.jsonl    HumanEval (openai/human-eval, MIT): canonical solution in a ```python block
   ifeval.jsonl  IFEval (google-research, Apache-2.0): GPT-4 responses with their instructions
+  mbpp.jsonl    MBPP (google-research, CC-BY-4.0): the 974 reference solutions with their
+                test_list (not a bench workload: `grpo-verify --input data/mbpp.jsonl
+                --threads 2` is the check quoted in docs/verifiers.md; not committed)
 
   make_inputs.py --math500 F --gsm8k F --humaneval F --ifeval-input F --ifeval-responses F
 
@@ -40,6 +43,7 @@ def main():
     ap.add_argument("--humaneval")
     ap.add_argument("--ifeval-input")
     ap.add_argument("--ifeval-responses")
+    ap.add_argument("--mbpp")
     ap.add_argument("--limit", type=int, default=500)
     a = ap.parse_args()
     if a.math500:
@@ -52,6 +56,11 @@ def main():
         write("code.jsonl", [{"completion": "```python\n" + r["prompt"] + r["canonical_solution"] + "```\n",
                               "ground_truth": {"test": r["test"], "entry_point": r["entry_point"]},
                               "verifier": "code"} for r in rows(a.humaneval)[: a.limit]])
+    if a.mbpp:
+        write("mbpp.jsonl", [{"id": r["task_id"], "completion": "```python\n" + r["code"] + "\n```",
+                              "ground_truth": {"test_list": r["test_list"], "test_setup_code": r["test_setup_code"]},
+                              "verifier": "code"}
+                             for i, r in enumerate(rows(a.mbpp)) if r.get("task_id") == i + 1])  # the original 974
     if a.ifeval_input and a.ifeval_responses:
         by_prompt = {r["prompt"]: r for r in rows(a.ifeval_input)}
         out = []
