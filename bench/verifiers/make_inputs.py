@@ -60,7 +60,7 @@ def main():
         write("mbpp.jsonl", [{"id": r["task_id"], "completion": "```python\n" + r["code"] + "\n```",
                               "ground_truth": {"test_list": r["test_list"], "test_setup_code": r["test_setup_code"]},
                               "verifier": "code"}
-                             for i, r in enumerate(rows(a.mbpp)) if r.get("task_id") == i + 1])  # the original 974
+                             for i, r in enumerate(rows(a.mbpp)) if i < 974 and r.get("task_id") == i + 1])  # the original 974
     if a.ifeval_input and a.ifeval_responses:
         by_prompt = {r["prompt"]: r for r in rows(a.ifeval_input)}
         out = []
