@@ -1,11 +1,14 @@
-# The README's commands. `make test` installs dependencies, configures, builds and runs
-# every test. Variables: BUILD_DIR, BUILD_TYPE, JOBS, CMAKE_ARGS.
+# The README's commands. `make demo` installs dependencies, configures, builds the programs
+# the quickstart needs and runs it (docs/quickstart.md); `make test` installs dependencies,
+# configures, builds and runs every test. Variables: BUILD_DIR, BUILD_TYPE, JOBS, CMAKE_ARGS;
+# for the demo also ALGO (a preset of configs/algorithms/, default grpo) and ARGS (options
+# for grpo-run, e.g. ARGS="--set train.steps=80").
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test bench fuzz clean
+.PHONY: all deps configure build test demo bench fuzz clean
 
 all: build
 
@@ -20,6 +23,12 @@ build: configure
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+ALGO ?= grpo
+ARGS ?=
+demo: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target demo-programs
+	./scripts/demo.sh $(BUILD_DIR) $(ALGO) $(ARGS)
 
 # Benchmarks (not part of `make test`): each prints `name: value` headline lines.
 bench: build

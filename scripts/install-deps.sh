@@ -30,6 +30,9 @@ PACKAGES=(
   # language instructions); bubblewrap builds code_exec's sandbox (namespaces, read-only /usr,
   # private /tmp, no network); python3 runs the sandboxed programs
   libginac-dev libcld2-dev bubblewrap python3
+  # the curves PNG of a run (core/metrics/plot.cpp draws with cairo; DejaVu Sans labels;
+  # pkg-config finds cairo for CMake)
+  libcairo2-dev fonts-dejavu-core pkg-config
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # valgrind: the plugin-lifetime test runs under it

@@ -36,9 +36,16 @@ inline constexpr int kAppExitOk = 0, kAppExitInternal = 1, kAppExitUsage = 2, kA
 //   sdk::ConfigError       "APP: configuration error: ..."  3
 //   PluginError            "APP: plugin error: ..."         4
 //   AppError               "APP: ..."                       its exit_code()
+//   DataError              "APP: data error: ..."           3 (a row: file and line)
 //   std::invalid_argument  "APP: ..."                       2 (a bad command line)
 //   anything else          "APP: internal error: ..."       1
 int run_app_guarded(const char* app, const std::function<int()>& body);
+
+// Runs a job inside run_app_guarded's body: configuration, plugin, data and usage errors pass
+// through (run_app_guarded maps them); any other std::runtime_error, a failure while the job
+// runs (a file that cannot be written, a failed generation), becomes AppError(5, context +
+// its message).
+void run_job(const std::function<void()>& job, const std::string& context = "");
 
 // "APP: MESSAGE\n(see APP --help)\n" on stderr; returns 2.
 int report_usage_error(const char* app, const std::string& message);
@@ -67,6 +74,17 @@ std::string parse_json_object(std::string_view text, Json& out) {
   if (!out.is_object()) return std::string("expected a JSON object, got ") + out.type_name();
   return "";
 }
+
+// A job's configuration: built-in defaults < --config files (in order) < --set overrides
+// (log_level, when not empty, as log.level; resume as run.resume), validated; then console
+// logging at log.level and model.path resolved (a run directory means its newest
+// checkpoint, see resolve_model_path). Throws sdk::ConfigError naming file, line and key.
+sdk::ConfigValue load_job_config(const std::vector<std::string>& files, std::vector<std::string> overrides,
+                                 const std::string& log_level, bool resume);
+
+// A job's run directory (run.output_dir): writes the effective configuration there
+// (effective_config.yaml, atomically) and starts the log file (log.file). Returns the folder.
+std::string prepare_run_dir(const sdk::ConfigValue& config);
 
 // An app's plugin search path: the --plugin-path folders first, then what the configuration
 // implies (plugins.paths, the --config files' folders, $GRPO_PLUGIN_PATH, the install's

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/algo/algorithm_settings.h"
+#include "core/app/app_common.h"
 #include "core/config/config_loader.h"
 #include "core/config/schema.h"
 #include "core/config/yaml_loader.h"
@@ -115,6 +116,7 @@ int run(const Options& opt) {
     }
   }
   init_console_logging(config_string(config, "log", "level"));
+  resolve_model_path(config);
   fill_rollout_backend_defaults(config);
 
   if (opt.print_config) {
@@ -159,12 +161,7 @@ int run(const Options& opt) {
   }
 
   // The training job. Prepare the run directory: effective config, then the log file.
-  const std::string run_dir = config_string(config, "run", "output_dir");
-  const std::string effective = (std::filesystem::path(run_dir) / "effective_config.yaml").string();
-  atomic_write_file(effective, to_yaml(config));
-  if (const std::string log_file = config_string(config, "log", "file"); !log_file.empty())
-    add_log_file((std::filesystem::path(run_dir) / log_file).string());
-  spdlog::info("run directory: {} (effective config: {})", run_dir, effective);
+  prepare_run_dir(config);
   log_blas_status();
   const PolicySpec policy_config = policy_spec(config);
   check_policy_files(policy_config);  // errors name model.path, before the backend loads it

@@ -44,15 +44,6 @@ std::uint64_t derive_seed(std::uint64_t seed, std::uint64_t stream, std::uint64_
   return splitmix64(splitmix64(splitmix64(seed) ^ stream) ^ index);
 }
 
-// Uniform in [0, bound): draws below 2^64 mod bound are rejected so that the rest fall
-// into `bound` classes of equal size, then r mod bound.
-std::uint64_t uniform_below(std::mt19937_64& gen, std::uint64_t bound) {
-  const std::uint64_t reject_below = (0 - bound) % bound;
-  std::uint64_t r = gen();
-  while (r < reject_below) r = gen();
-  return r % bound;
-}
-
 // FNV-1a: a portable hash of a source's key path (std::hash differs between libraries).
 std::uint64_t fnv1a(std::string_view s) {
   std::uint64_t h = 0xCBF29CE484222325ULL;
@@ -209,6 +200,7 @@ struct Columns {
   std::string prompt, ground_truth, label;  // label "" = none: every verifier scores the row
   bool prompt_may_be_text = true;
   const char* format = "";
+  std::string completion;  // "" = the completion is the chat's trailing assistant message
 };
 
 Columns columns_for(DataFormat format, const DataOptions& o) {
@@ -221,9 +213,10 @@ Columns columns_for(DataFormat format, const DataOptions& o) {
       c = {"prompt", "reward_model.ground_truth", "data_source", true, "verl"};
       break;
     default:
-      c = {"prompt", "ground_truth", "", true, "trl"};
+      c = {"prompt", "ground_truth", "", true, "trl", "completion"};
       break;
   }
+  if (!o.completion_column.empty()) c.completion = o.completion_column;
   if (!o.prompt_column.empty()) c.prompt = o.prompt_column;
   if (!o.ground_truth_column.empty()) c.ground_truth = o.ground_truth_column;
   if (!o.dataset_column.empty()) c.label = o.dataset_column;
@@ -305,6 +298,7 @@ class RowMapper {
     members_ = object_members(text_);
     const Columns cols = columns_for(format(), options_);
     map_prompt(cols);
+    map_completion(cols);
     map_targets(cols);
     map_metadata();
     return std::move(example_);
@@ -367,12 +361,42 @@ class RowMapper {
       example_.messages.push_back({role->get<std::string>(), content->get<std::string>()});
     }
     // open-instruct's RLVR tokenization drops a trailing assistant turn (the reference
-    // answer of an SFT-style row): the policy must write it.
-    if (example_.messages.size() > 1 && example_.messages.back().role == "assistant") example_.messages.pop_back();
+    // answer of an SFT-style row): the policy must write it. It is the row's completion (SFT).
+    if (example_.messages.size() > 1 && example_.messages.back().role == "assistant") {
+      example_.completion = example_.messages.back().content;
+      example_.messages.pop_back();
+    }
+  }
+
+  // The supervised target (grpo-sft): a completion column (TRL: a string, or a chat list
+  // whose last message is the assistant's), else the prompt chat's trailing assistant turn.
+  void map_completion(const Columns& cols) {
+    if (!cols.completion.empty()) {
+      const Located c = locate(row_, members_, cols.completion);
+      if (c.value) {
+        const json& v = *c.value;
+        const bool chat = v.is_array() && !v.empty() && v.back().is_object() &&
+                          v.back().value("role", json()) == "assistant" && v.back().contains("content") &&
+                          v.back()["content"].is_string();
+        if (v.is_string() || chat) {
+          used_.push_back(c.top_key);
+          example_.completion = chat ? v.back()["content"].get<std::string>() : v.get<std::string>();
+        } else if (options_.require_completion) {
+          fail("column '" + cols.completion + "': expected a string or a chat list ending with an assistant message, got " +
+               describe(v));
+        }  // else: not a completion; grpo-run hands it to the verifiers as metadata
+      }
+    }
+    if (options_.require_completion && example_.completion.empty())
+      fail("no completion to train on: expected a non-empty column '" +
+           (cols.completion.empty() ? std::string("completion") : cols.completion) +
+           "' (trl) or a chat ending with an assistant message (open_instruct); the row's columns: " +
+           column_list(members_) + ". Name the column with data.completion_column");
   }
 
   void map_targets(const Columns& cols) {
     const Located gt = locate(row_, members_, cols.ground_truth);
+    if (!gt.value && !options_.require_ground_truth) return;  // supervised rows need none
     if (!gt.value)
       fail("no ground truth column '" + cols.ground_truth + "' (" + cols.format + " format); the row's columns: " +
            column_list(members_) + ". Name the ground truth column with data.ground_truth_column");
@@ -537,6 +561,15 @@ std::vector<DataSource> data_sources(const sdk::ConfigValue& root, const char* k
 
 }  // namespace
 
+// Draws below 2^64 mod bound are rejected so that the rest fall into `bound` classes of
+// equal size, then r mod bound.
+std::uint64_t uniform_below(std::mt19937_64& gen, std::uint64_t bound) {
+  const std::uint64_t reject_below = (0 - bound) % bound;
+  std::uint64_t r = gen();
+  while (r < reject_below) r = gen();
+  return r % bound;
+}
+
 // ---------------------------------------------------------------------------------------
 // Public API
 // ---------------------------------------------------------------------------------------
@@ -550,6 +583,7 @@ DataOptions data_options(const sdk::ConfigValue& root) {
   o.prompt_column = view.get_string("prompt_column", "");
   o.ground_truth_column = view.get_string("ground_truth_column", "");
   o.dataset_column = view.get_string("dataset_column", "");
+  o.completion_column = view.get_string("completion_column", "");
   o.skip_bad_rows = view.get_bool("skip_bad_rows", false);
   o.shuffle = view.get_bool("shuffle", true);
   return o;

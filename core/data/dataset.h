@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -40,8 +41,14 @@ struct DataOptions {
   // "" = the format's own column. A dotted name ("reward_model.ground_truth") reaches into
   // nested objects; a top-level column spelled exactly so wins over the nested reading.
   std::string prompt_column, ground_truth_column, dataset_column;
+  // The supervised target of grpo-sft: "" = `completion` (trl) or the chat's trailing
+  // assistant message (open_instruct).
+  std::string completion_column;
   bool skip_bad_rows = false;
   bool shuffle = true;
+  // Set by the job, not the config: grpo-run needs ground truths, grpo-sft completions.
+  bool require_ground_truth = true;
+  bool require_completion = false;
 };
 
 // The data.* keys of a validated, normalized configuration. Errors are sdk::ConfigError
@@ -117,6 +124,11 @@ class PromptSampler {
   std::vector<std::size_t> order_;  // epoch_order(order_epoch_)
   std::uint64_t order_epoch_ = 0;
 };
+
+// Uniform in [0, bound) from a std::mt19937_64 (specified bit for bit by the standard) by
+// rejection sampling: the same draws with every compiler and library, unlike the standard
+// distributions. bound > 0.
+std::uint64_t uniform_below(std::mt19937_64& gen, std::uint64_t bound);
 
 // The prompt text of a row: its chat rendered with the named template and the generation
 // prompt (render_chat), or its plain text as is.

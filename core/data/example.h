@@ -26,7 +26,10 @@ struct Example {
   // text used as is (TRL's "standard" string prompt).
   std::vector<ChatMessage> messages;
   std::string text;
-  std::vector<VerificationTarget> targets;  // at least one
+  std::vector<VerificationTarget> targets;  // at least one, unless DataOptions::require_ground_truth is off
+  // The supervised target (grpo-sft): TRL's `completion` column or the trailing assistant
+  // message of an open-instruct chat (which is then not part of `messages`); "" when absent.
+  std::string completion;
   std::string metadata = "{}";               // JSON object text: the row's other columns
 
   // "data/train.jsonl:12" for messages.

@@ -57,6 +57,19 @@ PluginSearchPath plugin_search_path(const sdk::ConfigValue& root, const std::vec
   return sp;
 }
 
+void fail_at_config_key(const sdk::ConfigValue& root, std::initializer_list<const char*> keys, const std::string& message) {
+  std::string path;
+  for (const char* k : keys) path += (path.empty() ? "" : ".") + std::string(k);
+  fail_at_key(find_config_node(root, keys), path, message);
+}
+
+std::int64_t int_at_least(const sdk::ConfigValue& root, const char* section, const char* key, std::int64_t value,
+                          std::int64_t min) {
+  if (value < min)
+    fail_at_config_key(root, {section, key}, "expected an integer >= " + std::to_string(min) + ", got " + std::to_string(value));
+  return value;
+}
+
 void fill_rollout_backend_defaults(sdk::ConfigValue& root) {
   const sdk::ConfigValue* model_path = find_config_node(root, {"model", "path"});
   if (!model_path || !model_path->is_scalar() || model_path->scalar().empty()) return;

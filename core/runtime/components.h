@@ -3,6 +3,8 @@
 // and by the trainer, so that a config that validates is a config that runs.
 #pragma once
 
+#include <cstdint>
+
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -58,6 +60,15 @@ const sdk::ConfigValue* find_config_node(const sdk::ConfigValue& root, std::init
 // Throws sdk::ConfigError "<node's file:line:col>: <key>: <message>" (without a location when
 // `node` is null): errors about a value found by find_config_node.
 [[noreturn]] void fail_at_key(const sdk::ConfigValue* node, const std::string& key, const std::string& message);
+
+// `value`, the integer key section.key of `root`, when it is >= min; else a ConfigError naming
+// the key: "expected an integer >= MIN, got VALUE".
+std::int64_t int_at_least(const sdk::ConfigValue& root, const char* section, const char* key, std::int64_t value,
+                          std::int64_t min);
+
+// fail_at_key for the key path {"train", "pack_length"} of `root` ("train.pack_length").
+[[noreturn]] void fail_at_config_key(const sdk::ConfigValue& root, std::initializer_list<const char*> keys,
+                                     const std::string& message);
 
 // The component name of a component node: the string itself, or its `name` key.
 std::string component_name(const sdk::ConfigValue& node, const std::string& key_path);

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "core/metrics/progress.h"
+
 namespace grpo::core {
 
 namespace {
@@ -24,7 +26,7 @@ void init_console_logging(const std::string& level) {
   const auto lvl = parse_level(level);
   auto logger = spdlog::get("grpo");
   if (!logger) {
-    auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    auto console = make_progress_aware_sink(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
     logger = std::make_shared<spdlog::logger>("grpo", console);
     logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
     spdlog::set_default_logger(logger);

@@ -2,10 +2,26 @@
 
 #include <filesystem>
 
+#include <spdlog/spdlog.h>
+
 #include "core/runtime/components.h"
+#include "core/train/train_state.h"
 #include "grpo/sdk/config_view.h"
 
 namespace grpo::core {
+
+void resolve_model_path(sdk::ConfigValue& root) {
+  sdk::ConfigValue* model = root.find("model");
+  sdk::ConfigValue* path = model && model->is_map() ? model->find("path") : nullptr;
+  if (!path || !path->is_scalar() || path->scalar().empty()) return;
+  const std::filesystem::path dir = path->scalar();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec) || std::filesystem::exists(dir / "config.json", ec)) return;
+  const auto latest = latest_checkpoint(dir.string());
+  if (!latest) return;  // check_policy_files reports the missing config.json
+  spdlog::info("model.path: {} is a run directory; using its newest checkpoint {}", dir.string(), *latest);
+  *path = sdk::ConfigValue::make_scalar(*latest, path->location());
+}
 
 PolicySpec policy_spec(const sdk::ConfigValue& root) {
   PolicySpec spec;

@@ -20,6 +20,12 @@ struct PolicySpec {
   const sdk::ConfigValue* tokenizer_node = nullptr;  // the node tokenizer_path came from
 };
 
+// model.path may name a run directory of grpo-sft or grpo-run instead of a model folder: when
+// it has no config.json but holds a complete checkpoint, model.path (and with it the rollout
+// backend's model and the tokenizer) becomes the newest checkpoint folder, logged. Call once,
+// right after the configuration is loaded.
+void resolve_model_path(sdk::ConfigValue& root);
+
 // Reads model.* and tokenizer.* of a validated configuration.
 PolicySpec policy_spec(const sdk::ConfigValue& root);
 

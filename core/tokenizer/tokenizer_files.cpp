@@ -1,5 +1,7 @@
 #include "core/tokenizer/tokenizer_files.h"
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include <set>
@@ -18,6 +20,58 @@ static const char* const kQwenSplitRegex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 std::vector<std::string> default_demo_special_tokens() { return {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}; }
+
+std::vector<std::pair<std::string, std::string>> train_bpe_merges(const std::vector<std::string>& texts,
+                                                                  std::size_t num_merges) {
+  auto is_letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  std::map<std::string, std::int64_t> word_counts;
+  for (const std::string& t : texts)
+    for (std::size_t i = 0; i < t.size();) {
+      const std::size_t start = i;
+      if (t[i] == ' ' && i + 1 < t.size() && is_letter(t[i + 1])) ++i;
+      if (i < t.size() && is_letter(t[i])) {
+        while (i < t.size() && is_letter(t[i])) ++i;
+        ++word_counts[t.substr(start, i - start)];
+      } else {
+        i = start + 1;
+      }
+    }
+  struct Word {
+    std::vector<std::string> symbols;
+    std::int64_t count;
+  };
+  std::vector<Word> words;
+  for (const auto& [w, n] : word_counts) {
+    Word word{{}, n};
+    for (char c : w) word.symbols.emplace_back(1, c);
+    words.push_back(std::move(word));
+  }
+  std::vector<std::pair<std::string, std::string>> merges;
+  while (merges.size() < num_merges) {
+    std::map<std::pair<std::string, std::string>, std::int64_t> pairs;
+    for (const Word& w : words)
+      for (std::size_t i = 0; i + 1 < w.symbols.size(); ++i) pairs[{w.symbols[i], w.symbols[i + 1]}] += w.count;
+    auto best = pairs.end();
+    for (auto it = pairs.begin(); it != pairs.end(); ++it)
+      if (best == pairs.end() || it->second > best->second) best = it;  // the first (smallest) of equal counts
+    if (best == pairs.end() || best->second < 2) break;
+    const auto [a, b] = best->first;
+    merges.emplace_back(a, b);
+    for (Word& w : words) {
+      std::vector<std::string> merged;
+      for (std::size_t i = 0; i < w.symbols.size(); ++i) {
+        if (i + 1 < w.symbols.size() && w.symbols[i] == a && w.symbols[i + 1] == b) {
+          merged.push_back(a + b);
+          ++i;
+        } else {
+          merged.push_back(w.symbols[i]);
+        }
+      }
+      w.symbols = std::move(merged);
+    }
+  }
+  return merges;
+}
 
 std::string make_byte_level_tokenizer_json(const std::vector<std::string>& special_tokens,
                                            const std::vector<std::pair<std::string, std::string>>& merges) {

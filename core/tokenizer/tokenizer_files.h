@@ -28,6 +28,15 @@ std::string make_byte_level_tokenizer_json(
     const std::vector<std::string>& special_tokens = default_demo_special_tokens(),
     const std::vector<std::pair<std::string, std::string>>& merges = {});
 
+// Byte-pair-encoding merges learned from `texts` (the classic BPE training loop: count the
+// adjacent symbol pairs of every word, weighted by the word's frequency, merge the most frequent
+// pair, repeat), as raw byte strings for make_byte_level_tokenizer_json. Words are the runs of
+// ASCII letters with an optional leading space, the chunks Qwen's pre-tokenizer regex makes of
+// English text; digits and punctuation stay single bytes. Ties go to the smallest pair, so the
+// result depends on the texts only. Stops early when no pair occurs twice.
+std::vector<std::pair<std::string, std::string>> train_bpe_merges(const std::vector<std::string>& texts,
+                                                                  std::size_t num_merges);
+
 struct TokenizerFilesOptions {
   std::string chat_template_name = "chatml";  // one of chat_template_names()
   // Unset: the tokenizer's own (from its tokenizer_config.json), else omitted (null).

@@ -68,6 +68,24 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const 
   return std::make_unique<torch::optim::AdamW>(std::move(groups), options(s.weight_decay));
 }
 
+double clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm) {
+  std::vector<torch::Tensor> grads;
+  for (auto& group : optimizer.param_groups())
+    for (auto& p : group.params())
+      if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return 0.0;
+  std::vector<torch::Tensor> norms;
+  norms.reserve(grads.size());
+  for (const auto& g : grads) norms.push_back(g.detach().to(torch::kDouble).norm(2));
+  const double norm = torch::stack(norms).norm(2).to(torch::kCPU).item<double>();
+  if (std::isfinite(norm) && max_norm > 0.0 && norm > max_norm) {
+    const double coef = max_norm / (norm + 1e-6);
+    torch::NoGradGuard no_grad;
+    for (const auto& g : grads) g.mul_(coef);
+  }
+  return norm;
+}
+
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }

@@ -44,6 +44,12 @@ double lr_factor(const OptimizerSettings& settings, std::int64_t step, std::int6
 // AdamW over `model`'s parameters (two groups: with and without weight decay).
 std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const OptimizerSettings& settings);
 
+// The global L2 norm of the optimizer's gradients (float64, as torch.nn.utils.clip_grad_norm_
+// measures it; 0 without gradients). When it is finite and above max_norm > 0 the gradients
+// are scaled by clip_grad_norm_'s coefficient max_norm / (norm + 1e-6); a non-finite norm is
+// returned as is (the caller skips the step).
+double clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm);
+
 // Sets every parameter group's rate.
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 

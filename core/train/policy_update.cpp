@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/model/logprobs.h"
+#include "core/train/optimizer.h"
 #include "core/train/packing.h"
 #include "grpo/sdk/torch/masked.h"
 
@@ -185,23 +186,6 @@ struct MiniBatch {
   AggregationScale scale;
   PackingPlan plan;
 };
-
-std::vector<torch::Tensor> grads_of(torch::optim::Optimizer& optimizer) {
-  std::vector<torch::Tensor> grads;
-  for (auto& group : optimizer.param_groups())
-    for (auto& p : group.params())
-      if (p.grad().defined()) grads.push_back(p.grad());
-  return grads;
-}
-
-// Global L2 norm of the gradients (float64), as torch.nn.utils.clip_grad_norm_ measures it.
-double global_grad_norm(const std::vector<torch::Tensor>& grads) {
-  if (grads.empty()) return 0.0;
-  std::vector<torch::Tensor> norms;
-  norms.reserve(grads.size());
-  for (const auto& g : grads) norms.push_back(g.detach().to(torch::kDouble).norm(2));
-  return value_of(torch::stack(norms).norm(2));
-}
 
 }  // namespace
 
@@ -409,8 +393,7 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
       }
 
       // ---- Optimizer step: global norm, clipping, or skip when non-finite.
-      const std::vector<torch::Tensor> grads = grads_of(optimizer);
-      const double norm = global_grad_norm(grads);
+      const double norm = clip_grad_norm(optimizer, o.max_grad_norm);
       ++attempts;
       norm_attempt_sum += norm;
       if (!std::isfinite(loss_sum) || !std::isfinite(norm)) {
@@ -419,12 +402,6 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
         ++result.skipped_nonfinite;
         result.last_step_nonfinite = true;
         continue;
-      }
-      if (o.max_grad_norm > 0.0 && norm > o.max_grad_norm) {
-        // torch.nn.utils.clip_grad_norm_'s coefficient.
-        const double coef = o.max_grad_norm / (norm + 1e-6);
-        torch::NoGradGuard no_grad;
-        for (const auto& g : grads) g.mul_(coef);
       }
       optimizer.step();
       if (after_optimizer_step) after_optimizer_step();

@@ -18,7 +18,7 @@
 
 #include "core/algo/algorithm_settings.h"
 #include "core/model/checkpoint.h"
-#include "core/train/metrics_log.h"
+#include "core/metrics/run_metrics.h"
 #include "core/train/rollout_batch.h"
 #include "core/train/train_state.h"
 #include "core/train/verifier_pool.h"
@@ -36,12 +36,6 @@ using Clock = std::chrono::steady_clock;
 using sdk::NamedTensors;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-[[noreturn]] void fail_key(const sdk::ConfigValue& root, std::initializer_list<const char*> keys, const std::string& message) {
-  std::string path;
-  for (const char* k : keys) path += (path.empty() ? "" : ".") + std::string(k);
-  fail_at_key(find_config_node(root, keys), path, message);
-}
 
 // splitmix64 over the inputs: seeds of sampling requests, a function of (run seed, step, slot).
 std::uint64_t mix_seed(std::initializer_list<std::uint64_t> parts) {
@@ -101,11 +95,14 @@ NamedTensors weight_snapshot(CausalLM& model) {
 
 // Everything both the rollout thread and evaluation use.
 struct RolloutContext {
-  const TrainerSettings* settings = nullptr;
-  sdk::RolloutBackend* backend = nullptr;
-  const std::vector<VerifierSlot>* verifiers = nullptr;
+  RolloutContext(const TrainerSettings& s, sdk::RolloutBackend& b, const std::vector<VerifierSlot>& v, RewardOptions r,
+                 VerifierPool& p)
+      : settings(&s), backend(&b), verifiers(&v), rewards(std::move(r)), pool(&p) {}
+  const TrainerSettings* settings;
+  sdk::RolloutBackend* backend;
+  const std::vector<VerifierSlot>* verifiers;
   RewardOptions rewards;
-  VerifierPool* pool = nullptr;
+  VerifierPool* pool;
   std::mutex backend_mutex;            // generation + scoring: one user at a time
   std::int64_t backend_version = -1;   // weights the backend holds (-1: as loaded from model.path)
 };
@@ -415,6 +412,67 @@ std::string format_metric(double v) {
   return os.str();
 }
 
+// One evaluation of `eval` (eval.* settings: the same seeds every time, greedy by default),
+// with `weights` loaded into the backend first when given. `groups_out` (may be null) receives
+// the scored samples.
+MetricList evaluate_prompts(RolloutContext& ctx, const PromptSet& eval, const NamedTensors* weights, std::int64_t step,
+                            std::vector<Group>* groups_out) {
+  const TrainerSettings& s = *ctx.settings;
+  MetricList out;
+  const auto t0 = Clock::now();
+  std::lock_guard<std::mutex> lock(ctx.backend_mutex);
+  if (weights) {
+    ctx.backend->update_weights(*weights);
+    ctx.backend_version = -2;  // the trainer's current weights, not a published version
+  }
+  sdk::SamplingParams sampling = training_sampling(s);
+  sampling.temperature = s.eval_temperature;
+  sampling.top_p = s.eval_temperature > 0 ? s.top_p : 1.0;
+  std::vector<std::size_t> rows(eval.examples.size());
+  std::vector<std::uint64_t> seeds(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    rows[i] = i;
+    seeds[i] = mix_seed({s.seed, 0xE7A1ULL, i});  // the same samples at every evaluation
+  }
+  MetricList gen;
+  std::vector<Group> groups = generate_and_score(ctx, eval, rows, s.eval_num_samples, sampling, seeds, step, gen);
+  for (const auto& [name, value] : reward_metrics(groups)) {
+    std::string n = name;
+    for (const char* prefix : {"objective/", "val/"})
+      if (n.rfind(prefix, 0) == 0) n = n.substr(std::string(prefix).size());
+    out.emplace_back("eval/" + n, value);
+  }
+  double pass = 0;
+  for (const auto& g : groups) {
+    std::int64_t c = 0;
+    for (const auto& smp : g.samples) c += smp.correct ? 1 : 0;
+    pass += pass_at_k(static_cast<std::int64_t>(g.samples.size()), c, s.eval_pass_k);
+  }
+  out.emplace_back("eval/pass_at_" + std::to_string(s.eval_pass_k), pass / static_cast<double>(groups.size()));
+  out.emplace_back("eval/prompts", static_cast<double>(groups.size()));
+  out.emplace_back("time/eval", seconds_since(t0));
+  spdlog::info("eval at step {}: correct rate {:.4f}, mean score {:.4f}, pass@{} {:.4f} ({} prompts)", step,
+               metric_value(out, "eval/verifiable_correct_rate"), metric_value(out, "eval/scores"), s.eval_pass_k,
+               pass / static_cast<double>(groups.size()), groups.size());
+  if (groups_out) *groups_out = std::move(groups);
+  return out;
+}
+
+// The eval split: loaded, tokenized, cut to eval.max_prompts; empty without data.eval.
+PromptSet load_eval_prompts(const sdk::ConfigValue& config, const DataOptions& data, const Tokenizer& tokenizer,
+                            const TrainerSettings& s) {
+  PromptSet eval;
+  if (data.eval.empty()) return eval;
+  eval = tokenize_prompts(load_mixture(data.eval, data, s.seed), tokenizer, s, "eval");
+  if (eval.examples.empty()) fail_at_config_key(config, {"data", "eval"}, "no eval rows left after filtering");
+  if (s.eval_max_prompts > 0 && static_cast<std::int64_t>(eval.examples.size()) > s.eval_max_prompts) {
+    eval.examples.resize(static_cast<std::size_t>(s.eval_max_prompts));
+    eval.ids.resize(static_cast<std::size_t>(s.eval_max_prompts));
+    eval.texts.resize(static_cast<std::size_t>(s.eval_max_prompts));
+  }
+  return eval;
+}
+
 }  // namespace
 
 TrainerSettings trainer_settings(const sdk::ConfigValue& root) {
@@ -428,8 +486,7 @@ TrainerSettings trainer_settings(const sdk::ConfigValue& root) {
   const sdk::ConfigView tokenizer(find_config_node(root, {"tokenizer"}), "tokenizer");
 
   auto at_least = [&](const char* section, const char* key, std::int64_t v, std::int64_t min) {
-    if (v < min) fail_key(root, {section, key}, "expected an integer >= " + std::to_string(min) + ", got " + std::to_string(v));
-    return v;
+    return int_at_least(root, section, key, v, min);
   };
   s.run_dir = run.get_string("output_dir", "runs/grpo");
   s.seed = static_cast<std::uint64_t>(run.get_int("seed", 1));
@@ -447,28 +504,28 @@ TrainerSettings trainer_settings(const sdk::ConfigValue& root) {
   s.stop_strings = rollout.get_string_list("stop_strings", {});
   s.async_steps = at_least("rollout", "async_steps", rollout.get_int("async_steps", s.async_steps), 0);
   for (const auto& p : sdk::sampling_problems(training_sampling(s), s.group_size))
-    fail_key(root, {"rollout", p.field == "n" ? "num_samples_per_prompt" : p.field.c_str()}, p.message);
+    fail_at_config_key(root, {"rollout", p.field == "n" ? "num_samples_per_prompt" : p.field.c_str()}, p.message);
   if (s.temperature == 0.0)
-    fail_key(root, {"rollout", "temperature"}, "training rollouts need temperature > 0 (a greedy group has no spread to learn from)");
+    fail_at_config_key(root, {"rollout", "temperature"}, "training rollouts need temperature > 0 (a greedy group has no spread to learn from)");
 
   s.filter_zero_std = algorithm.get_bool("filter_zero_std_groups", true);
   s.active_sampling = algorithm.get_bool("active_sampling", false);
   s.active_sampling_max_batches =
       at_least("algorithm", "active_sampling_max_batches", algorithm.get_int("active_sampling_max_batches", 4), 1);
   if (s.active_sampling && !s.filter_zero_std)
-    fail_key(root, {"algorithm", "active_sampling"}, "active sampling refills zero-std groups; it needs algorithm.filter_zero_std_groups: true");
+    fail_at_config_key(root, {"algorithm", "active_sampling"}, "active sampling refills zero-std groups; it needs algorithm.filter_zero_std_groups: true");
 
   const AlgorithmSettings algo = algorithm_settings(root);
   UpdateOptions& u = s.update;
   u.num_epochs = at_least("train", "num_epochs", train.get_int("num_epochs", 1), 1);
   u.num_mini_batches = at_least("train", "num_mini_batches", train.get_int("num_mini_batches", 1), 1);
   if (u.num_mini_batches > s.num_prompts)
-    fail_key(root, {"train", "num_mini_batches"}, "mini-batches hold whole groups: at most rollout.num_unique_prompts = " +
+    fail_at_config_key(root, {"train", "num_mini_batches"}, "mini-batches hold whole groups: at most rollout.num_unique_prompts = " +
                                                        std::to_string(s.num_prompts) + ", got " + std::to_string(u.num_mini_batches));
   u.rows_per_micro_batch = at_least("train", "per_device_train_batch_size", train.get_int("per_device_train_batch_size", 1), 1);
   u.pack_length = at_least("train", "pack_length", train.get_int("pack_length", 2048), 1);
   if (u.pack_length < s.max_prompt_tokens + s.max_new_tokens)
-    fail_key(root, {"train", "pack_length"},
+    fail_at_config_key(root, {"train", "pack_length"},
              std::to_string(u.pack_length) + " cannot hold one sequence of rollout.max_prompt_tokens + rollout.max_new_tokens = " +
                  std::to_string(s.max_prompt_tokens) + " + " + std::to_string(s.max_new_tokens) + " = " +
                  std::to_string(s.max_prompt_tokens + s.max_new_tokens) + " tokens");
@@ -487,7 +544,7 @@ TrainerSettings trainer_settings(const sdk::ConfigValue& root) {
   s.ref_update_freq = at_least("train", "ref_update_freq", train.get_int("ref_update_freq", 0), 0);
   s.ref_update_alpha = train.get_double("ref_update_alpha", 0.6);
   if (!(s.ref_update_alpha > 0.0 && s.ref_update_alpha <= 1.0))
-    fail_key(root, {"train", "ref_update_alpha"}, "expected a number in (0, 1]");
+    fail_at_config_key(root, {"train", "ref_update_alpha"}, "expected a number in (0, 1]");
   s.max_nonfinite_steps = at_least("train", "max_nonfinite_steps", train.get_int("max_nonfinite_steps", 3), 1);
 
   s.eval_every = at_least("eval", "every", eval.get_int("every", 0), 0);
@@ -495,11 +552,11 @@ TrainerSettings trainer_settings(const sdk::ConfigValue& root) {
   s.eval_num_samples = at_least("eval", "num_samples", eval.get_int("num_samples", 1), 1);
   s.eval_pass_k = at_least("eval", "pass_k", eval.get_int("pass_k", 1), 1);
   if (s.eval_pass_k > s.eval_num_samples)
-    fail_key(root, {"eval", "pass_k"}, "pass@" + std::to_string(s.eval_pass_k) + " needs eval.num_samples >= " +
+    fail_at_config_key(root, {"eval", "pass_k"}, "pass@" + std::to_string(s.eval_pass_k) + " needs eval.num_samples >= " +
                                            std::to_string(s.eval_pass_k) + ", got " + std::to_string(s.eval_num_samples));
   s.eval_temperature = eval.get_double("temperature", 0.0);
   if (!std::isfinite(s.eval_temperature) || s.eval_temperature < 0)
-    fail_key(root, {"eval", "temperature"}, "expected a finite number >= 0 (0 = greedy)");
+    fail_at_config_key(root, {"eval", "temperature"}, "expected a finite number >= 0 (0 = greedy)");
   s.eval_max_prompts = at_least("eval", "max_prompts", eval.get_int("max_prompts", 0), 0);
 
   s.save_freq = at_least("checkpoint", "save_freq", checkpoint.get_int("save_freq", 0), 0);
@@ -513,41 +570,32 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
   const TrainerSettings s = trainer_settings(config);
 
   // ---- Everything that can fail is checked before the first step.
-  if (!policy.model.model) fail_key(config, {"model", "path"}, "training needs a policy model (set model.path)");
-  if (!policy.tokenizer) fail_key(config, {"tokenizer", "path"}, "training needs a tokenizer");
+  if (!policy.model.model) fail_at_config_key(config, {"model", "path"}, "training needs a policy model (set model.path)");
+  if (!policy.tokenizer) fail_at_config_key(config, {"tokenizer", "path"}, "training needs a tokenizer");
   const auto backend = component_of<sdk::RolloutBackend>(components, sdk::ComponentKind::kRolloutBackend);
   const auto advantage = component_of<sdk::AdvantageEstimator>(components, sdk::ComponentKind::kAdvantage);
   const auto loss = component_of<sdk::PolicyLoss>(components, sdk::ComponentKind::kPolicyLoss);
   const auto kl_estimator = component_of<sdk::KlEstimator>(components, sdk::ComponentKind::kKlEstimator);
-  if (!backend) fail_key(config, {"rollout", "backend"}, "training needs a rollout backend (e.g. native)");
+  if (!backend) fail_at_config_key(config, {"rollout", "backend"}, "training needs a rollout backend (e.g. native)");
   if (!advantage)
-    fail_key(config, {"algorithm", "advantage"}, "training needs an advantage estimator (e.g. grpo; or --config configs/algorithms/grpo.yaml)");
-  if (!loss) fail_key(config, {"algorithm", "policy_loss"}, "training needs a policy loss (e.g. ppo_clip)");
-  if (components.verifiers.empty()) fail_key(config, {"verifiers"}, "training needs at least one verifier");
+    fail_at_config_key(config, {"algorithm", "advantage"}, "training needs an advantage estimator (e.g. grpo; or --config configs/algorithms/grpo.yaml)");
+  if (!loss) fail_at_config_key(config, {"algorithm", "policy_loss"}, "training needs a policy loss (e.g. ppo_clip)");
+  if (components.verifiers.empty()) fail_at_config_key(config, {"verifiers"}, "training needs at least one verifier");
 
   const DataOptions data = data_options(config);
-  if (data.train.empty()) fail_key(config, {"data", "train"}, "training needs data: add a JSONL file to data.train");
+  if (data.train.empty()) fail_at_config_key(config, {"data", "train"}, "training needs data: add a JSONL file to data.train");
   RewardOptions reward_opts = reward_options(config);
-  DataLoadReport train_report, eval_report;
+  DataLoadReport train_report;
   PromptSet train = tokenize_prompts(load_mixture(data.train, data, s.seed, &train_report), *policy.tokenizer, s, "training");
   if (train.examples.empty())
-    fail_key(config, {"data", "train"}, "no training rows left after filtering (prompts longer than rollout.max_prompt_tokens = " +
+    fail_at_config_key(config, {"data", "train"}, "no training rows left after filtering (prompts longer than rollout.max_prompt_tokens = " +
                                             std::to_string(s.max_prompt_tokens) + " are dropped)");
-  PromptSet eval;
-  if (!data.eval.empty()) {
-    eval = tokenize_prompts(load_mixture(data.eval, data, s.seed, &eval_report), *policy.tokenizer, s, "eval");
-    if (eval.examples.empty()) fail_key(config, {"data", "eval"}, "no eval rows left after filtering");
-    if (s.eval_max_prompts > 0 && static_cast<std::int64_t>(eval.examples.size()) > s.eval_max_prompts) {
-      eval.examples.resize(static_cast<std::size_t>(s.eval_max_prompts));
-      eval.ids.resize(static_cast<std::size_t>(s.eval_max_prompts));
-      eval.texts.resize(static_cast<std::size_t>(s.eval_max_prompts));
-    }
-  }
+  const PromptSet eval = load_eval_prompts(config, data, *policy.tokenizer, s);
   try {
     check_verifier_labels(train.examples, components.verifiers, reward_opts);
     check_verifier_labels(eval.examples, components.verifiers, reward_opts);
   } catch (const std::invalid_argument& e) {
-    fail_key(config, {"verifiers"}, e.what());
+    fail_at_config_key(config, {"verifiers"}, e.what());
   }
   spdlog::info("data: {} training rows ({} bad rows skipped), {} eval rows", train.examples.size(),
                train_report.bad_rows_skipped, eval.examples.size());
@@ -584,7 +632,7 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
     } else {
       state = load_checkpoint(*latest, contents);
       if (state.seed != s.seed)
-        fail_key(config, {"run", "seed"}, "the checkpoint " + *latest + " was written with run.seed " +
+        fail_at_config_key(config, {"run", "seed"}, "the checkpoint " + *latest + " was written with run.seed " +
                                               std::to_string(state.seed) + "; resume with the same seed");
       if (state.step >= s.steps) {
         spdlog::info("resume: {} is at step {} of {}; nothing left to train", *latest, state.step, s.steps);
@@ -596,55 +644,17 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
     }
   }
   state.async_steps = s.async_steps;
-  MetricsLog metrics_log((std::filesystem::path(s.run_dir) / "metrics.jsonl").string(), resumed ? state.step : -1);
+  RunMetrics run_metrics(s.run_dir, resumed ? state.step : -1, s.steps, "step", default_training_panels());
 
   PromptSampler sampler(train.examples.size(), s.seed, data.shuffle);
   sampler.set_position(state.data);
   VerifierPool pool(reward_opts.num_threads, reward_opts.timeout_s);
-  RolloutContext ctx;
-  ctx.settings = &s;
-  ctx.backend = backend.get();
-  ctx.verifiers = &components.verifiers;
-  ctx.rewards = reward_opts;
-  ctx.pool = &pool;
+  RolloutContext ctx(s, *backend, components.verifiers, reward_opts, pool);
 
   auto evaluate = [&](std::int64_t step) -> MetricList {
-    MetricList out;
-    if (eval.examples.empty()) return out;
-    const auto t0 = Clock::now();
-    std::lock_guard<std::mutex> lock(ctx.backend_mutex);
-    backend->update_weights(weight_snapshot(model));
-    ctx.backend_version = -2;  // the trainer's current weights, not a published version
-    sdk::SamplingParams sampling = training_sampling(s);
-    sampling.temperature = s.eval_temperature;
-    sampling.top_p = s.eval_temperature > 0 ? s.top_p : 1.0;
-    std::vector<std::size_t> rows(eval.examples.size());
-    std::vector<std::uint64_t> seeds(rows.size());
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      rows[i] = i;
-      seeds[i] = mix_seed({s.seed, 0xE7A1ULL, i});  // the same samples at every evaluation
-    }
-    MetricList gen;
-    std::vector<Group> groups = generate_and_score(ctx, eval, rows, s.eval_num_samples, sampling, seeds, step, gen);
-    for (const auto& [name, value] : reward_metrics(groups)) {
-      std::string n = name;
-      for (const char* prefix : {"objective/", "val/"})
-        if (n.rfind(prefix, 0) == 0) n = n.substr(std::string(prefix).size());
-      out.emplace_back("eval/" + n, value);
-    }
-    double pass = 0;
-    for (const auto& g : groups) {
-      std::int64_t c = 0;
-      for (const auto& smp : g.samples) c += smp.correct ? 1 : 0;
-      pass += pass_at_k(static_cast<std::int64_t>(g.samples.size()), c, s.eval_pass_k);
-    }
-    out.emplace_back("eval/pass_at_" + std::to_string(s.eval_pass_k), pass / static_cast<double>(groups.size()));
-    out.emplace_back("eval/prompts", static_cast<double>(groups.size()));
-    out.emplace_back("time/eval", seconds_since(t0));
-    spdlog::info("eval at step {}: correct rate {:.4f}, mean score {:.4f}, pass@{} {:.4f} ({} prompts)", step,
-                 metric_value(out, "eval/verifiable_correct_rate"), metric_value(out, "eval/scores"), s.eval_pass_k,
-                 pass / static_cast<double>(groups.size()), groups.size());
-    return out;
+    if (eval.examples.empty()) return {};
+    const NamedTensors weights = weight_snapshot(model);
+    return evaluate_prompts(ctx, eval, &weights, step, nullptr);
   };
 
   auto save = [&](const char* why) {
@@ -665,7 +675,7 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
 
   MetricList pending_eval;
   if (s.eval_at_start && state.step == 0 && !eval.examples.empty()) pending_eval = evaluate(0);
-  if (!pending_eval.empty()) metrics_log.write(0, pending_eval);
+  if (!pending_eval.empty()) run_metrics.write(0, pending_eval);
 
   spdlog::info("training: steps {}..{}, {} prompts x {} samples per step, async_steps {}", state.step + 1, s.steps,
                s.num_prompts, s.group_size, s.async_steps);
@@ -747,7 +757,10 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
     const bool last = step == s.steps;
     if (!eval.examples.empty() && (last || (s.eval_every > 0 && step % s.eval_every == 0)))
       for (auto& kv : evaluate(step)) m.push_back(kv);
-    metrics_log.write(step, m);
+    run_metrics.write(step, m);
+    run_metrics.show_progress(step, {{"reward", format_metric(metric_value(m, "objective/scores"))},
+                                     {"correct", format_percent(metric_value(m, "objective/verifiable_correct_rate"))},
+                                     {"", format_rate(metric_value(m, "rollout/tokens_per_second")) + " gen tok/s"}});
     spdlog::info("step {}/{} | reward {} | correct {} | loss {} | kl {} | groups {} | {:.2f} s", step, s.steps,
                  format_metric(metric_value(m, "objective/scores")),
                  format_metric(metric_value(m, "objective/verifiable_correct_rate")),
@@ -763,7 +776,33 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
     }
     if (last || (s.save_freq > 0 && step % s.save_freq == 0)) save(last ? "final" : "save_freq");
   }
-  spdlog::info("training done: {} steps; metrics in {}", s.steps, metrics_log.path());
+  run_metrics.finish();
+  spdlog::info("training done: {} steps; metrics in {}", s.steps, run_metrics.metrics_path());
+}
+
+EvaluationResult run_evaluation(const sdk::ConfigValue& config, RuntimeComponents& components, const Tokenizer& tokenizer) {
+  const TrainerSettings s = trainer_settings(config);
+  const auto backend = component_of<sdk::RolloutBackend>(components, sdk::ComponentKind::kRolloutBackend);
+  if (!backend) fail_at_config_key(config, {"rollout", "backend"}, "evaluation needs a rollout backend (e.g. native)");
+  if (components.verifiers.empty()) fail_at_config_key(config, {"verifiers"}, "evaluation needs at least one verifier");
+  const DataOptions data = data_options(config);
+  const RewardOptions reward_opts = reward_options(config);
+  const PromptSet eval = load_eval_prompts(config, data, tokenizer, s);
+  if (eval.examples.empty()) fail_at_config_key(config, {"data", "eval"}, "evaluation needs data: add a JSONL file to data.eval");
+  try {
+    check_verifier_labels(eval.examples, components.verifiers, reward_opts);
+  } catch (const std::invalid_argument& e) {
+    fail_at_config_key(config, {"verifiers"}, e.what());
+  }
+  VerifierPool pool(reward_opts.num_threads, reward_opts.timeout_s);
+  RolloutContext ctx(s, *backend, components.verifiers, reward_opts, pool);
+  EvaluationResult result;
+  std::vector<Group> groups;
+  result.metrics = evaluate_prompts(ctx, eval, nullptr, 0, &groups);
+  for (std::size_t i = 0; i < groups.size(); ++i)
+    for (const auto& smp : groups[i].samples)
+      result.samples.push_back({groups[i].example.where(), eval.texts[i], smp.text, smp.reward, smp.correct});
+  return result;
 }
 
 }  // namespace grpo::core

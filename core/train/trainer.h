@@ -19,6 +19,7 @@
 #include "core/data/dataset.h"
 #include "core/runtime/components.h"
 #include "core/runtime/policy.h"
+#include "core/metrics/metrics_log.h"
 #include "core/train/optimizer.h"
 #include "core/train/policy_update.h"
 #include "core/train/rewards.h"
@@ -74,5 +75,21 @@ TrainerSettings trainer_settings(const sdk::ConfigValue& root);
 // DataError (a row: file and line) or std::runtime_error.
 void run_training(const sdk::ConfigValue& config, RuntimeComponents& components, LoadedPolicy& policy,
                   const PolicySpec& policy_spec);
+
+// What one evaluation found: the eval/* metrics (as in metrics.jsonl) and every sample.
+struct EvalSample {
+  std::string where;  // "data/eval.jsonl:12"
+  std::string prompt, completion;
+  double reward = 0.0;
+  bool correct = false;
+};
+struct EvaluationResult {
+  MetricList metrics;
+  std::vector<EvalSample> samples;
+};
+
+// Evaluates the rollout backend's model (as loaded from model.path) on data.eval with the
+// eval.* settings, exactly as the trainer's evaluations do (grpo-eval). Errors as run_training.
+EvaluationResult run_evaluation(const sdk::ConfigValue& config, RuntimeComponents& components, const Tokenizer& tokenizer);
 
 }  // namespace grpo::core

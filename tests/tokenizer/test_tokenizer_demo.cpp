@@ -135,5 +135,24 @@ TEST(TokenizerFiles, LoaderErrorsNameThePath) {
   EXPECT_NE(msg.find("no tokenizer.json in this folder"), std::string::npos) << msg;
 }
 
+// BPE training by hand on "low lower lowest": words "low", " lower", " lowest" once each.
+// Pair counts: (l,o) 3, (o,w) 3, ( ,l) 2, (w,e) 2, (e,r) (e,s) (s,t) 1. Merge the most frequent,
+// the smaller pair of a tie: (l,o); then (lo,w) 3; then ( ,low) 2 (space sorts before 'l') over
+// (low,e) 2; then ( low,e) 2; then every pair occurs once: stop.
+TEST(TokenizerFiles, BpeMergesByHand) {
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"l", "o"}, {"lo", "w"}, {" ", "low"}, {" low", "e"}};
+  EXPECT_EQ(grpo::core::train_bpe_merges({"low lower lowest"}, 100), expected);
+  EXPECT_EQ(grpo::core::train_bpe_merges({"low lower lowest"}, 2),
+            (std::vector<std::pair<std::string, std::string>>{{"l", "o"}, {"lo", "w"}}));
+  // Digits and punctuation are never merged; the merges make a tokenizer that encodes words
+  // as one token and round-trips any text.
+  const auto merges = grpo::core::train_bpe_merges({"11 22. 11 22. a pens pens"}, 100);
+  for (const auto& [a, b] : merges) EXPECT_EQ((a + b).find_first_of("0123456789."), std::string::npos) << a << b;
+  const Tokenizer t = Tokenizer::from_json(grpo::core::make_byte_level_tokenizer_json(grpo::core::default_demo_special_tokens(), merges));
+  EXPECT_EQ(t.encode(" pens").size(), 1u);
+  EXPECT_EQ(t.decode(t.encode("11 pens, 22 pens!")), "11 pens, 22 pens!");
+}
+
 }  // namespace
 }  // namespace grpo::testing

@@ -66,12 +66,44 @@ TEST(DataRows, OpenInstructRowDropsTrailingAssistant) {
   EXPECT_EQ(ex.targets[0].ground_truth, "\"42\"");  // JSON text, as grpo-verify hands it over
   EXPECT_EQ(ex.metadata, R"({"id":7})");
   EXPECT_EQ(ex.where(), "rows.jsonl:1");
+  EXPECT_EQ(ex.completion, "A");  // the dropped assistant turn is the SFT target
 
   // A lone assistant message is the whole prompt: kept.
   const Example lone = one_row(R"({"messages": [{"role": "assistant", "content": "A"}], "ground_truth": 1})");
   ASSERT_EQ(lone.messages.size(), 1u);
   EXPECT_EQ(lone.messages[0].role, "assistant");
   EXPECT_EQ(lone.targets[0].label, "");  // no `dataset` column: every verifier
+}
+
+TEST(DataRows, CompletionColumnForSupervisedRows) {
+  DataOptions sft;
+  sft.require_ground_truth = false;
+  sft.require_completion = true;
+  // TRL prompt + completion (string), no ground truth: the completion is not metadata.
+  const Example trl = one_row(R"({"prompt": "2+2=", "completion": "4", "id": 1})", sft);
+  EXPECT_EQ(trl.text, "2+2=");
+  EXPECT_EQ(trl.completion, "4");
+  EXPECT_TRUE(trl.targets.empty());
+  EXPECT_EQ(trl.metadata, R"({"id":1})");
+  // TRL conversational completion: the assistant message's content.
+  const Example chat = one_row(
+      R"({"prompt": [{"role": "user", "content": "Q"}], "completion": [{"role": "assistant", "content": "A"}]})", sft);
+  EXPECT_EQ(chat.completion, "A");
+  ASSERT_EQ(chat.messages.size(), 1u);
+  // data.completion_column names another column.
+  DataOptions named = sft;
+  named.completion_column = "answer";
+  EXPECT_EQ(one_row(R"({"prompt": "Q", "answer": "A", "completion": "no"})", named).completion, "A");
+  // Missing or malformed: errors name the row and what was expected.
+  EXPECT_NE(data_error([&] { one_row(R"({"prompt": "Q", "ground_truth": "1"})", sft); })
+                .find("rows.jsonl:1: no completion to train on: expected a non-empty column 'completion'"),
+            std::string::npos);
+  EXPECT_NE(data_error([&] { one_row(R"({"prompt": "Q", "completion": 3})", sft); })
+                .find("rows.jsonl:1: column 'completion': expected a string or a chat list ending with an assistant message"),
+            std::string::npos);
+  // grpo-run's rows still need a ground truth.
+  EXPECT_NE(data_error([&] { one_row(R"({"prompt": "Q", "completion": "A"})"); }).find("no ground truth column 'ground_truth'"),
+            std::string::npos);
 }
 
 TEST(DataRows, AlignedLabelListsGiveOneTargetPerPair) {
@@ -341,6 +373,7 @@ TEST(DataOptionsFromConfig, ReadsEveryKey) {
                        "data.prompt_column=question",
                        "data.ground_truth_column=reward_model.answer",
                        "data.dataset_column=task",
+                       "data.completion_column=response",
                        "data.skip_bad_rows=true",
                        "data.shuffle=false"};
   const DataOptions o = grpo::core::data_options(grpo::core::load_config(sources));
@@ -361,6 +394,7 @@ TEST(DataOptionsFromConfig, ReadsEveryKey) {
   EXPECT_EQ(o.prompt_column, "question");
   EXPECT_EQ(o.ground_truth_column, "reward_model.answer");
   EXPECT_EQ(o.dataset_column, "task");
+  EXPECT_EQ(o.completion_column, "response");
   EXPECT_TRUE(o.skip_bad_rows);
   EXPECT_FALSE(o.shuffle);
 

@@ -13,7 +13,9 @@
 #include "core/app/grpo_run.h"
 #include "core/model/safetensors_torch.h"
 #include "tests/support/rollout_models.h"
+#include "tests/support/metrics_jsonl.h"
 #include "tests/support/run_command.h"
+#include "tests/metrics/tfevents_reader.h"
 #include "tests/support/test_dir.h"
 #include "tests/train/trainer_fixtures.h"
 
@@ -21,6 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using grpo::testing::fresh_test_dir;
+using grpo::testing::read_metrics;
 using grpo::testing::run_command;
 
 // The task data and the warm-started task model, each made once per test process (ctest
@@ -63,14 +66,6 @@ std::string write_config(const std::string& dir, const std::string& run_dir, con
                       << "train: {steps: 30, learning_rate: 3.0e-3, pack_length: 64, per_device_train_batch_size: 4}\n"
                       << "eval: {max_prompts: 200}\n";
   return path;
-}
-
-std::vector<nlohmann::json> read_metrics(const std::string& run_dir) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
 }
 
 std::string run_grpo(const std::string& args, int* exit_code) {
@@ -233,6 +228,50 @@ TEST_F(TrainerBadInput, PackLengthShorterThanPromptPlusResponse) {
   EXPECT_EQ(run({"train.pack_length=9"}, &out), 3) << out;
   EXPECT_NE(out.find("--set #1: train.pack_length"), std::string::npos) << out;
   EXPECT_NE(out.find("8 + 2 = 10"), std::string::npos) << out;
+}
+
+// The run directory of a short run holds the TensorBoard events the trainer wrote: every record's
+// framing (length, masked CRC32C of the length and of the data) checks out with the test's own
+// bit-by-bit CRC, and every step's scalars are the values of that step's metrics.jsonl line.
+TEST(TrainerOutputs, TensorBoardEventsHoldEveryMetricOfMetricsJsonl) {
+  const std::string dir = fresh_test_dir("trainer");
+  const std::string run_dir = dir + "/run";
+  int code = 0;
+  const std::string out = run_grpo("--config " + write_config(dir, run_dir) +
+                                       " --set train.steps=3 --set eval.every=2 --set eval.max_prompts=20",
+                                   &code);
+  ASSERT_EQ(code, 0) << out;
+  const std::vector<grpo::testing::TfEvent> events =
+      grpo::testing::read_tfevents(grpo::testing::find_tfevents_file(run_dir));  // throws on a bad record
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.front().file_version, "brain.Event:2");
+  const auto metrics = read_metrics(run_dir);
+  ASSERT_EQ(metrics.size(), 4u);  // the baseline eval (step 0) and steps 1..3
+  for (const auto& line : metrics) {
+    const std::int64_t step = line.at("step").get<std::int64_t>();
+    const grpo::testing::TfEvent* event = nullptr;
+    for (const auto& e : events)
+      if (e.step == step && !e.scalars.empty()) event = &e;
+    ASSERT_NE(event, nullptr) << "no TensorBoard event for step " << step;
+    std::size_t expected = 0;
+    for (auto it = line.begin(); it != line.end(); ++it) {
+      if (it.key() == "step" || it.value().is_null()) continue;
+      ++expected;
+      bool found = false;
+      for (const auto& [tag, value] : event->scalars)
+        if (tag == it.key()) {
+          found = true;
+          EXPECT_EQ(value, static_cast<float>(it.value().get<double>())) << tag << " at step " << step;
+        }
+      EXPECT_TRUE(found) << it.key() << " at step " << step << " is not in the event file";
+    }
+    EXPECT_EQ(event->scalars.size(), expected) << "step " << step;
+  }
+  // The rest of what the run directory promises (docs/quickstart.md): the curves PNG.
+  std::ifstream png(run_dir + "/curves.png", std::ios::binary);
+  char magic[8] = {};
+  png.read(magic, 8);
+  EXPECT_EQ(std::string(magic, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }
 
 }  // namespace

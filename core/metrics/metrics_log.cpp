@@ -1,4 +1,4 @@
-#include "core/train/metrics_log.h"
+#include "core/metrics/metrics_log.h"
 
 #include <nlohmann/json.hpp>
 
