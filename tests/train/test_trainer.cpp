@@ -274,4 +274,43 @@ TEST(TrainerOutputs, TensorBoardEventsHoldEveryMetricOfMetricsJsonl) {
   EXPECT_EQ(std::string(magic, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }
 
+// grpo-eval evaluates exactly as the trainer does: on the warm start it reproduces the run's
+// step-0 evaluation, on the run directory (its final checkpoint) the last step's, metric for
+// metric; and a model folder that does not exist is a configuration error naming it.
+TEST(GrpoEval, ReproducesTheTrainersEvaluations) {
+  const std::string dir = fresh_test_dir("trainer");
+  const std::string run_dir = dir + "/run";
+  const std::string config = write_config(dir, run_dir);
+  const std::string eval_settings = " --set eval.max_prompts=40";
+  int code = 0;
+  std::string out = run_grpo("--config " + config + " --set train.steps=2" + eval_settings, &code);
+  ASSERT_EQ(code, 0) << out;
+  const auto metrics = read_metrics(run_dir);
+  ASSERT_EQ(metrics.size(), 3u);
+  const std::string json = dir + "/eval.json";
+  const auto r = run_command(std::string(GRPO_EVAL_BINARY) + " --config " + config + eval_settings + " --model " +
+                             task_model() + " --label before --model " + run_dir + " --label after --output " + json +
+                             " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("eval/verifiable_correct_rate"), std::string::npos) << r.output;
+  std::ifstream in(json);
+  const auto results = nlohmann::json::parse(in);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].at("label"), "before");
+  EXPECT_EQ(results[1].at("model"), run_dir + "/checkpoints/step_000002");
+  std::size_t compared = 0;
+  for (const auto& [result, line] : {std::pair{results[0], metrics.front()}, std::pair{results[1], metrics.back()}})
+    for (auto it = result.at("metrics").begin(); it != result.at("metrics").end(); ++it) {
+      if (it.key().rfind("time/", 0) == 0) continue;
+      ASSERT_TRUE(line.contains(it.key())) << it.key();
+      EXPECT_EQ(it.value(), line.at(it.key())) << it.key();
+      ++compared;
+    }
+  EXPECT_GT(compared, 20u);
+
+  const auto bad = run_command(std::string(GRPO_EVAL_BINARY) + " --config " + config + " --model " + dir + "/nowhere 2>&1");
+  EXPECT_EQ(bad.exit_code, 3) << bad.output;
+  EXPECT_NE(bad.output.find("model.path: '" + dir + "/nowhere' is not a folder"), std::string::npos) << bad.output;
+}
+
 }  // namespace
