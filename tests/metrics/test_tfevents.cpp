@@ -20,24 +20,16 @@
 #include "core/metrics/crc32c.h"
 #include "core/metrics/tfevents.h"
 #include "tests/metrics/tfevents_reader.h"
+#include "tests/support/error_of.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using grpo::core::TensorBoardWriter;
+using grpo::testing::error_of;
 using grpo::testing::read_tfevents;
 using grpo::testing::TfEvent;
 
-template <typename Fn>
-std::string runtime_error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a std::runtime_error";
-  return {};
-}
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -206,24 +198,24 @@ TEST_F(TfEventsTest, ReaderDetectsCorruptionAndTruncation) {
   std::string bad = good;
   bad[second + 12 + 5] ^= 0x01;  // a byte of the Event
   write_bytes(path, bad);
-  std::string msg = runtime_error_of([&] { read_tfevents(path); });
+  std::string msg = error_of<std::runtime_error>([&] { read_tfevents(path); });
   EXPECT_NE(msg.find("data CRC mismatch"), std::string::npos) << msg;
   EXPECT_NE(msg.find("offset " + std::to_string(second)), std::string::npos) << msg;
 
   bad = good;
   bad[second] ^= 0x01;  // the length
   write_bytes(path, bad);
-  msg = runtime_error_of([&] { read_tfevents(path); });
+  msg = error_of<std::runtime_error>([&] { read_tfevents(path); });
   EXPECT_NE(msg.find("length CRC mismatch"), std::string::npos) << msg;
 
   bad = good;
   bad[bad.size() - 1] ^= 0x80;  // the data CRC itself
   write_bytes(path, bad);
-  msg = runtime_error_of([&] { read_tfevents(path); });
+  msg = error_of<std::runtime_error>([&] { read_tfevents(path); });
   EXPECT_NE(msg.find("data CRC mismatch"), std::string::npos) << msg;
 
   write_bytes(path, good.substr(0, good.size() - 3));
-  msg = runtime_error_of([&] { read_tfevents(path); });
+  msg = error_of<std::runtime_error>([&] { read_tfevents(path); });
   EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
 }
 
@@ -270,21 +262,21 @@ TEST_F(TfEventsTest, EveryWriterOpensANewFile) {
   EXPECT_EQ(read_tfevents(second.path()).size(), 2u);
   // Names sort in the order the files were opened: the order TensorBoard reads them in.
   EXPECT_LT(first.path(), second.path());
-  const std::string msg = runtime_error_of([&] { grpo::testing::find_tfevents_file(dir()); });
+  const std::string msg = error_of<std::runtime_error>([&] { grpo::testing::find_tfevents_file(dir()); });
   EXPECT_NE(msg.find("found 2"), std::string::npos) << msg;
 }
 
 TEST_F(TfEventsTest, FindTfeventsFileRejectsEmptyDir) {
-  const std::string msg = runtime_error_of([&] { grpo::testing::find_tfevents_file(dir()); });
+  const std::string msg = error_of<std::runtime_error>([&] { grpo::testing::find_tfevents_file(dir()); });
   EXPECT_NE(msg.find("found 0"), std::string::npos) << msg;
 }
 
 TEST_F(TfEventsTest, RunDirThatIsAFileThrows) {
   const std::string file = dir() + "/not_a_dir";
   write_bytes(file, "x");
-  std::string msg = runtime_error_of([&] { TensorBoardWriter writer(file); });
+  std::string msg = error_of<std::runtime_error>([&] { TensorBoardWriter writer(file); });
   EXPECT_NE(msg.find(file), std::string::npos) << msg;
-  msg = runtime_error_of([&] { TensorBoardWriter writer(file + "/sub"); });
+  msg = error_of<std::runtime_error>([&] { TensorBoardWriter writer(file + "/sub"); });
   EXPECT_NE(msg.find(file), std::string::npos) << msg;
 }
 
