@@ -8,6 +8,7 @@
 
 #include "core/app/app_common.h"
 #include "core/metrics/plot.h"
+#include "core/metrics/run_metrics.h"
 
 namespace grpo::core {
 
@@ -21,7 +22,8 @@ constexpr const char* kUsage = R"(Usage: grpo-plot RUN_DIR [--output PNG] [--tit
 Draws the training curves of a run from RUN_DIR/metrics.jsonl into a 1500x900 PNG
 (default RUN_DIR/curves.png), written atomically, so it can be re-run while the run trains.
 Six panels: reward, correct rate (train samples and held-out eval), KL to the reference,
-entropy, response length and policy loss; a panel whose metrics the run does not log says
+entropy, response length and policy loss; for a grpo-sft run, its loss (train and held-out),
+learning rate, gradient norm and throughput. A panel whose metrics the run does not log says
 "no data". When a step was logged twice (a resumed run), its last line wins. RUN_DIR may
 also be the metrics file itself.
 
@@ -59,7 +61,7 @@ int run(const Options& opt) {
     throw AppError(kPlotBadMetrics, e.what());
   }
   try {
-    write_plot(data, default_training_panels(), output, title);
+    write_plot(data, plot_panels_for(data), output, title);
   } catch (const std::runtime_error& e) {
     throw AppError(kPlotWriteError, e.what());
   }

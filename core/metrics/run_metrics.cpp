@@ -50,3 +50,12 @@ const std::vector<PlotPanel>& sft_plot_panels() {
 }
 
 }  // namespace grpo::core
+
+namespace grpo::core {
+
+const std::vector<PlotPanel>& plot_panels_for(const MetricSeries& data) {
+  const bool sft = data.count("train/loss") && !data.count("objective/scores");
+  return sft ? sft_plot_panels() : default_training_panels();
+}
+
+}  // namespace grpo::core

@@ -49,4 +49,8 @@ class RunMetrics {
 // throughput.
 const std::vector<PlotPanel>& sft_plot_panels();
 
+// The panels for a run's metrics: sft_plot_panels() for a grpo-sft run (train/loss and no
+// reward), else default_training_panels(); what grpo-plot draws.
+const std::vector<PlotPanel>& plot_panels_for(const MetricSeries& data);
+
 }  // namespace grpo::core

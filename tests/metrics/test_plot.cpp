@@ -17,6 +17,7 @@
 
 #include "core/app/grpo_plot.h"
 #include "core/metrics/plot.h"
+#include "core/metrics/run_metrics.h"
 #include "tests/support/error_of.h"
 #include "tests/support/test_dir.h"
 
@@ -333,6 +334,16 @@ TEST(GrpoPlot, WritesCurvesPngInTheRunDir) {
   EXPECT_EQ(plot_main({dir, "--output", dir + "/other.png", "--title", "T"}), 0);
   ::testing::internal::GetCapturedStdout();
   EXPECT_TRUE(fs::exists(dir + "/other.png"));
+}
+
+// grpo-plot draws a grpo-sft run (train/loss, no reward) with the SFT panels, a GRPO run with
+// the training panels.
+TEST(GrpoPlot, PanelsFollowTheRunsMetrics) {
+  MetricSeries sft{{"train/loss", {{1, 2.0}, {2, 1.0}}}, {"lr", {{1, 1e-3}}}};
+  EXPECT_EQ(plot_panels_for(sft).front().title, "Completion loss");
+  MetricSeries grpo{{"objective/scores", {{1, 0.5}}}, {"train/loss", {{1, 2.0}}}};
+  EXPECT_EQ(plot_panels_for(grpo).front().title, "Reward");
+  EXPECT_EQ(plot_panels_for(MetricSeries{{"eval/verifiable_correct_rate", {{0, 0.3}}}}).front().title, "Reward");
 }
 
 TEST(GrpoPlot, ExitCodes) {
