@@ -66,10 +66,6 @@ struct Options {
   bool resume = false;
 };
 
-std::string config_string(const sdk::ConfigValue& root, const char* section, const char* key) {
-  return sdk::ConfigView(find_config_node(root, {section}), section).require_string(key);
-}
-
 void print_plugin_table(const PluginRegistry& registry, std::ostream& os) {
   const auto components = registry.components();
   std::size_t w_name = 4, w_kind = 4, w_version = 7, w_plugin = 6;
@@ -94,15 +90,8 @@ int run(const Options& opt) {
     std::cout << config_reference_markdown();
     return kExitOk;
   }
-  init_console_logging(opt.log_level.empty() ? "info" : opt.log_level);
-
   // Configuration: defaults -> files -> --set; CLI flags are --set overrides applied last.
-  ConfigSources sources;
-  sources.files = opt.configs;
-  sources.overrides = opt.sets;
-  if (!opt.log_level.empty()) sources.overrides.push_back("log.level=" + opt.log_level);
-  if (opt.resume) sources.overrides.push_back("run.resume=true");
-  sdk::ConfigValue config = load_config(sources);
+  sdk::ConfigValue config = load_job_config(opt.configs, opt.sets, opt.log_level, opt.resume);
   if (!opt.plugin_paths.empty()) {
     // --plugin-path dirs are searched before plugins.paths.
     sdk::ConfigValue* plugins = config.find("plugins");
@@ -115,8 +104,6 @@ int run(const Options& opt) {
       paths->items() = std::move(merged);
     }
   }
-  init_console_logging(config_string(config, "log", "level"));
-  resolve_model_path(config);
   fill_rollout_backend_defaults(config);
 
   if (opt.print_config) {

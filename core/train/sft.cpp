@@ -177,22 +177,11 @@ void run_sft(const sdk::ConfigValue& config, LoadedPolicy& policy, const PolicyS
   contents.tokenizer = &*policy.tokenizer;
   contents.chat_template_name = s.chat_template_name;
   contents.generation_config_json = policy.model.generation_config_json;
-  bool resumed = false;
-  if (s.resume) {
-    if (const auto latest = latest_checkpoint(s.run_dir)) {
-      state = load_checkpoint(*latest, contents);
-      if (state.seed != s.seed)
-        fail_at_config_key(config, {"run", "seed"}, "the checkpoint " + *latest + " was written with run.seed " +
-                                              std::to_string(state.seed) + "; resume with the same seed");
-      if (state.step >= s.steps) {
-        spdlog::info("resume: {} is at step {} of {}; nothing left to train", *latest, state.step, s.steps);
-        return;
-      }
-      resumed = true;
-      spdlog::info("resumed from {} (step {})", *latest, state.step);
-    } else {
-      spdlog::warn("--resume: no complete checkpoint in {}; starting from step 0", checkpoint_root(s.run_dir));
-    }
+  const bool resumed = s.resume && resume_from_latest_checkpoint(config, s.run_dir, s.seed, contents, state);
+  if (resumed && state.step >= s.steps) {
+    spdlog::info("resume: {} is at step {} of {}; nothing left to train", checkpoint_path(s.run_dir, state.step),
+                 state.step, s.steps);
+    return;
   }
   RunMetrics run_metrics(s.run_dir, resumed ? state.step : -1, s.steps, "sft step", sft_plot_panels());
   PromptSampler sampler(train.prompts.size(), s.seed, data.shuffle);

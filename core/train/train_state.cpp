@@ -1,6 +1,7 @@
 #include "core/train/train_state.h"
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "core/model/checkpoint.h"
 #include "core/model/safetensors_torch.h"
+#include "core/runtime/components.h"
 #include "core/train/optimizer.h"
 #include "core/util/fs.h"
 #include "core/util/json_limits.h"
@@ -146,6 +148,22 @@ TrainerState load_checkpoint(const std::string& dir, const CheckpointContents& c
   if (c.reference && fs::exists(d / kReferenceFile))
     load_model_weights(*c.reference, load_safetensors((d / kReferenceFile).string()), (d / kReferenceFile).string());
   return s;
+}
+
+bool resume_from_latest_checkpoint(const sdk::ConfigValue& config, const std::string& run_dir, std::uint64_t seed,
+                                   const CheckpointContents& contents, TrainerState& state) {
+  const auto latest = latest_checkpoint(run_dir);
+  if (!latest) {
+    spdlog::warn("--resume: no complete checkpoint in {}; starting from step 0", checkpoint_root(run_dir));
+    return false;
+  }
+  state = load_checkpoint(*latest, contents);
+  if (state.seed != seed)
+    fail_at_config_key(config, {"run", "seed"}, "the checkpoint " + *latest + " was written with run.seed " +
+                                                   std::to_string(state.seed) + "; resume with the same seed");
+  spdlog::info("resumed from {} (step {}, optimizer step {}, data epoch {} offset {})", *latest, state.step,
+               state.optimizer_steps, state.data.epoch, state.data.offset);
+  return true;
 }
 
 }  // namespace grpo::core

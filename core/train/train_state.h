@@ -53,6 +53,12 @@ void save_checkpoint(const std::string& run_dir, const TrainerState& state, cons
 // The newest complete checkpoint folder under RUN_DIR/checkpoints, if any.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
+// --resume: restores `state` and `contents` from the newest complete checkpoint of run_dir and
+// returns true (logged); without one, warns and returns false (a fresh start). A checkpoint
+// written with another run.seed is a ConfigError naming run.seed.
+bool resume_from_latest_checkpoint(const sdk::ConfigValue& config, const std::string& run_dir, std::uint64_t seed,
+                                   const CheckpointContents& contents, TrainerState& state);
+
 // Restores policy weights, optimizer, RNG, reference (when saved and `contents.reference` is
 // set) and returns the trainer state. Errors name the folder and file.
 TrainerState load_checkpoint(const std::string& dir, const CheckpointContents& contents);
