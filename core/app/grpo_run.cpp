@@ -3,8 +3,12 @@
 #include <boost/program_options.hpp>
 #include <spdlog/spdlog.h>
 
+#include <ATen/Parallel.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <thread>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -14,6 +18,9 @@
 #include "core/config/config_loader.h"
 #include "core/config/schema.h"
 #include "core/config/yaml_loader.h"
+#include "core/dist/local_launcher.h"
+#include "core/dist/process_group.h"
+#include "core/dist/world.h"
 #include "core/plugin/plugin_registry.h"
 #include "core/runtime/blas_check.h"
 #include "core/runtime/components.h"
@@ -40,6 +47,8 @@ Examples:
   grpo-run --config configs/exact_match.yaml --validate
   grpo-run --config configs/exact_match.yaml --set run.seed=2 --print-config
   grpo-run --list-plugins
+  grpo-run --config configs/quickstart.yaml --nproc 2       (2 data-parallel ranks on this machine)
+  torchrun --nproc-per-node 2 --no-python grpo-run --config ...   (docs/distributed.md)
 
 Options)";
 
@@ -52,6 +61,7 @@ Exit codes:
   4  plugin error (load, handshake, unknown component, factory failure)
   5  runtime error while running the job
   6  the requested job is not part of this build
+  7  data-parallel training: another rank died, hung or failed (the message names it)
 )";
 
 struct Options {
@@ -64,6 +74,7 @@ struct Options {
   bool list_plugins = false;
   bool config_reference = false;
   bool resume = false;
+  int nproc = 0;
 };
 
 void print_plugin_table(const PluginRegistry& registry, std::ostream& os) {
@@ -147,8 +158,28 @@ int run(const Options& opt) {
     return kExitOk;
   }
 
-  // The training job. Prepare the run directory: effective config, then the log file.
-  prepare_run_dir(config);
+  // Data parallel: which rank this is (torchrun, Slurm, OpenMPI or --nproc variables).
+  const std::string launcher =
+      sdk::ConfigView(find_config_node(config, {"dist"}), "dist").get_choice("launcher", "auto", {"auto", "torchrun", "slurm", "mpi", "none"});
+  dist::WorldInfo world;
+  try {
+    world = dist::discover_world(dist::process_environment(), launcher);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(std::string("data-parallel launch (dist.launcher = ") + launcher + "): " + e.what());
+  }
+  const dist::DistOptions dist_opts = dist::dist_options(config);
+  if (world.distributed()) {
+    set_log_rank(world.rank);
+    // Each rank computes with its share of the cores unless the launcher chose (torchrun sets
+    // OMP_NUM_THREADS=1).
+    if (!std::getenv("OMP_NUM_THREADS")) {
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      at::set_num_threads(std::max(1, cores / std::max(1, world.local_world_size)));
+    }
+  }
+
+  // The training job. Prepare the run directory: effective config, then the log file (rank 0).
+  if (world.rank == 0) prepare_run_dir(config);
   log_blas_status();
   const PolicySpec policy_config = policy_spec(config);
   check_policy_files(policy_config);  // errors name model.path, before the backend loads it
@@ -167,7 +198,9 @@ int run(const Options& opt) {
   if (policy.tokenizer)
     spdlog::info("tokenizer: {} ({} ids), chat template {}", policy_config.tokenizer_path,
                  policy.tokenizer->vocab_size(), policy_config.chat_template_name);
-  run_training(config, components, policy, policy_config);
+  std::unique_ptr<dist::Distributed> distributed;
+  if (world.distributed()) distributed = std::make_unique<dist::Distributed>(world, dist_opts, /*tensors_on_cuda=*/false);
+  run_training(config, components, policy, policy_config, distributed.get());
   return kExitOk;
 }
 
@@ -189,7 +222,8 @@ int grpo_run_main(int argc, char** argv) {
     ("list-plugins", po::bool_switch(&opt.list_plugins), "list the components of every plugin on the search path")
     ("plugin-path", po::value(&opt.plugin_paths)->composing(), "a folder searched for plugins before all others; repeatable")
     ("log-level", po::value(&opt.log_level), "trace, debug, info, warn or error (same as --set log.level=...)")
-    ("config-reference", po::bool_switch(&opt.config_reference), "print the configuration reference (docs/config.md)");
+    ("config-reference", po::bool_switch(&opt.config_reference), "print the configuration reference (docs/config.md)")
+    ("nproc", po::value(&opt.nproc), "train with N data-parallel ranks on this machine (spawns N processes, torchrun-style; docs/distributed.md)");
   // clang-format on
   try {
     po::variables_map vm;
@@ -212,8 +246,46 @@ int grpo_run_main(int argc, char** argv) {
     std::cerr << "grpo-run: --print-config, --validate, --list-plugins and --config-reference exclude each other\n";
     return kExitUsage;
   }
+  if (opt.nproc < 0 || (opt.nproc > 0 && modes > 0)) {
+    std::cerr << "grpo-run: --nproc takes a number of ranks >= 1 and only applies to training\n";
+    return kExitUsage;
+  }
+  if (opt.nproc > 1) {
+    if (std::getenv("GRPO_LOCAL_LAUNCH") || std::getenv("WORLD_SIZE") || std::getenv("OMPI_COMM_WORLD_SIZE")) {
+      std::cerr << "grpo-run: --nproc spawns its own ranks; it cannot run under another launcher (torchrun, mpirun) "
+                   "or inside a --nproc rank\n";
+      return kExitUsage;
+    }
+    try {
+      // The configuration is checked once here, not N times in the ranks.
+      load_job_config(opt.configs, opt.sets, opt.log_level, opt.resume);
+      std::vector<std::string> child{std::filesystem::read_symlink("/proc/self/exe").string()};
+      for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--nproc") {
+          ++i;
+          continue;
+        }
+        if (a.rfind("--nproc=", 0) == 0) continue;
+        child.push_back(a);
+      }
+      dist::LocalLaunchOptions launch;
+      launch.nproc = opt.nproc;
+      spdlog::info("launching {} ranks on this machine", opt.nproc);
+      return dist::launch_local_ranks(child, launch);
+    } catch (const sdk::ConfigError& e) {
+      spdlog::error("configuration error: {}", e.what());
+      return kExitConfigError;
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      return kExitRuntimeError;
+    }
+  }
   try {
     return run(opt);
+  } catch (const dist::PeerLostError& e) {
+    spdlog::error("{}", e.what());
+    return kExitPeerLost;
   } catch (const sdk::ConfigError& e) {
     spdlog::error("configuration error: {}", e.what());
     return kExitConfigError;

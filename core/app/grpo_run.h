@@ -12,6 +12,7 @@ enum ExitCode : int {
   kExitPluginError = 4,    // a plugin failed to load, a name did not resolve, or a factory failed
   kExitRuntimeError = 5,   // the job failed while running (I/O, ...)
   kExitUnavailable = 6,    // the requested job is not part of this build
+  kExitPeerLost = 7,       // data-parallel training: another rank died, hung or failed (named in the message)
 };
 
 int grpo_run_main(int argc, char** argv);

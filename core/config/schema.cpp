@@ -104,6 +104,11 @@ const std::vector<ConfigKeySpec>& config_schema() {
     {"eval.max_prompts",       ConfigType::kInt,           "0",             "Evaluate on the first N rows of the eval split; 0 = all.", {}},
     {"checkpoint.save_freq",   ConfigType::kInt,           "0",             "Save a checkpoint every N steps (and after the last step); 0 = only after the last step.", {}},
     {"checkpoint.keep_last",   ConfigType::kInt,           "2",             "Complete checkpoints kept in the run directory (older ones are deleted); 0 = keep all.", {}},
+    {"dist.launcher",          ConfigType::kEnum,          "auto",          "Where the rank and world size come from: `torchrun` (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`; also `grpo-run --nproc`), `slurm` (`SLURM_PROCID`, ... inside `srun`), `mpi` (`OMPI_COMM_WORLD_*`), `none` (one process), or `auto` (the first of these whose variables are set). See docs/distributed.md.", {"auto", "torchrun", "slurm", "mpi", "none"}},
+    {"dist.backend",           ConfigType::kEnum,          "auto",          "c10d process-group backend: `gloo` (CPU), `nccl` (CUDA builds), or `auto` (NCCL when the policy is on a GPU, else Gloo).", {"auto", "gloo", "nccl"}},
+    {"dist.timeout_s",         ConfigType::kNumber,        "1800",          "A collective (or the rendezvous) that waits longer than this for a peer fails, naming the lost rank; keep it above the longest gap between steps (evaluation, a checkpoint save).", {}},
+    {"dist.heartbeat_s",       ConfigType::kNumber,        "1.0",           "Period of each rank's heartbeat in the rendezvous store; a failed collective waits about 3 of them to tell which rank is lost.", {}},
+    {"dist.bucket_mb",         ConfigType::kNumber,        "25",            "Gradient all-reduce bucket size in MiB; buckets are launched while backward still runs.", {}},
   };
   return schema;
 }

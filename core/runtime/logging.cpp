@@ -36,6 +36,16 @@ void init_console_logging(const std::string& level) {
   logger->flush_on(spdlog::level::warn);
 }
 
+void set_log_rank(int rank) {
+  auto logger = spdlog::default_logger();
+  const std::string tag = "[rank " + std::to_string(rank) + "] ";
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] " + tag + "[%^%l%$] %v");
+  if (rank != 0 && logger->level() > spdlog::level::debug) {
+    logger->set_level(spdlog::level::warn);
+    for (auto& sink : logger->sinks()) sink->set_level(spdlog::level::warn);
+  }
+}
+
 void add_log_file(const std::string& path) {
   auto logger = spdlog::default_logger();
   try {

@@ -10,6 +10,10 @@ namespace grpo::core {
 // Throws std::invalid_argument for an unknown level.
 void init_console_logging(const std::string& level);
 
+// Data-parallel runs: console lines carry "[rank N]"; ranks other than 0 log warnings and
+// errors only (rank 0 reports the run) unless the level is debug or trace.
+void set_log_rank(int rank);
+
 // Adds a file sink (appending) at the same level. Throws std::runtime_error naming the path.
 void add_log_file(const std::string& path);
 

@@ -6,6 +6,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "core/dist/gradient_reducer.h"
+#include "core/dist/process_group.h"
 #include "core/model/logprobs.h"
 #include "core/train/optimizer.h"
 #include "core/train/packing.h"
@@ -234,19 +236,24 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
   }
 
   // ---- Mini-batches of whole groups; only trainable samples with response tokens are computed.
-  const std::size_t n_mini = std::min<std::size_t>(static_cast<std::size_t>(o.num_mini_batches), groups.size());
+  const DataParallelUpdate* dp = components.data_parallel;
+  if (dp && (!dp->comm || !dp->reducer || dp->first_group + groups.size() > dp->global_groups))
+    throw std::invalid_argument("update: inconsistent data-parallel settings (communicator, reducer, group range)");
+  const std::size_t first_group = dp ? dp->first_group : 0;  // global index of groups[0]
+  const std::size_t global_groups = dp ? dp->global_groups : groups.size();
+  const std::size_t n_mini = std::min<std::size_t>(static_cast<std::size_t>(o.num_mini_batches), global_groups);
   std::vector<MiniBatch> minis(n_mini);
   std::vector<const SampleRef*> trained;  // every computed sample of the step
   {
     std::size_t next = 0;  // position in `all`
     for (std::size_t k = 0; k < n_mini; ++k) {
-      // Group range [lo, hi): balanced split, the first (groups % n_mini) mini-batches one larger.
-      const std::size_t base = groups.size() / n_mini, extra = groups.size() % n_mini;
+      // Global group range [lo, hi): balanced split, the first (groups % n_mini) mini-batches one larger.
+      const std::size_t base = global_groups / n_mini, extra = global_groups % n_mini;
       const std::size_t lo = k * base + std::min(k, extra), hi = lo + base + (k < extra ? 1 : 0);
       std::vector<const SampleRef*> refs;
       double untrained_rows = 0.0;
-      for (; next < all.size() && all[next].group < hi; ++next) {
-        if (all[next].group < lo) continue;
+      for (; next < all.size() && first_group + all[next].group < hi; ++next) {
+        if (first_group + all[next].group < lo) continue;
         if (all[next].s->trainable && all[next].response_len() > 0)
           refs.push_back(&all[next]);
         else
@@ -266,6 +273,24 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
       // Untrainable samples are mask-0 rows of the batch: only Dr.GRPO's row count sees them.
       mb.scale.global_rows += untrained_rows;
       trained.insert(trained.end(), refs.begin(), refs.end());
+    }
+  }
+  if (dp && n_mini > 0) {
+    // The denominators of the global batch: every rank's counts, summed.
+    at::Tensor counts = torch::empty({static_cast<std::int64_t>(n_mini), 3}, torch::kFloat64);
+    for (std::size_t k = 0; k < n_mini; ++k) {
+      const auto i = static_cast<std::int64_t>(k);
+      counts[i][0] = minis[k].scale.global_tokens;
+      counts[i][1] = minis[k].scale.global_sequences;
+      counts[i][2] = minis[k].scale.global_rows;
+    }
+    std::vector<at::Tensor> t{counts};
+    dp->comm->all_reduce_sum(t, "loss denominators");
+    for (std::size_t k = 0; k < n_mini; ++k) {
+      const auto i = static_cast<std::int64_t>(k);
+      minis[k].scale.global_tokens = counts[i][0].item<double>();
+      minis[k].scale.global_sequences = counts[i][1].item<double>();
+      minis[k].scale.global_rows = counts[i][2].item<double>();
     }
   }
 
@@ -294,13 +319,15 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
   MetricSums sums;
   double ratio_sum = 0.0, ratio_sq_sum = 0.0, ratio_tokens = 0.0;
   std::vector<double> norms_done;
-  double norm_attempt_sum = 0.0;
+  double norm_attempt_sum = 0.0, allreduce_wait_s = 0.0;
   std::int64_t attempts = 0, micro_batch_count = 0;
 
   for (std::int64_t epoch = 0; epoch < o.num_epochs; ++epoch) {
     const bool entropy_pass = o.with_entropy && epoch == 0;
     for (MiniBatch& mb : minis) {
-      if (mb.micro.empty()) continue;  // nothing trainable: no optimizer step
+      // Nothing trainable in the (global) mini-batch: no optimizer step. The same on every rank:
+      // the denominators are global.
+      if (mb.scale.global_tokens == 0.0) continue;
       optimizer.zero_grad();
       policy->zero_grad(/*set_to_none=*/true);
       double loss_sum = 0.0;
@@ -355,6 +382,8 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
         if (with_reference) kl = components.kl_estimator->compute(logp, ref);
         const torch::Tensor per_token = add_kl_to_loss(policy_token_loss, kl, beta);
         const torch::Tensor loss = aggregate_loss(per_token, mask, o.aggregation, mb.scale);
+        // The last backward of the step: its gradients are final, the all-reduce can start during it.
+        if (dp && i + 1 == mb.micro.size()) dp->reducer->arm();
         if (loss.requires_grad()) loss.backward();
         loss_sum += value_of(loss);
 
@@ -392,6 +421,11 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
         }
       }
 
+      if (dp) {
+        dp->reducer->finish();  // .grad = the sum over ranks
+        allreduce_wait_s += dp->reducer->last_wait_seconds();
+        loss_sum = dp->comm->all_reduce_sum(loss_sum, "loss");  // every rank skips a non-finite step alike
+      }
       // ---- Optimizer step: global norm, clipping, or skip when non-finite.
       const double norm = clip_grad_norm(optimizer, o.max_grad_norm);
       ++attempts;
@@ -440,6 +474,7 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
   }
   out.emplace_back("other/packed_ratio", seqs > 0 ? rows / seqs : 0.0);
   out.emplace_back("other/pack_utilization", rows > 0 ? tokens / (rows * static_cast<double>(o.pack_length)) : 0.0);
+  if (dp) out.emplace_back("time/gradient_allreduce", allreduce_wait_s);
   return result;
 }
 

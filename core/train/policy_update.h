@@ -29,6 +29,11 @@
 
 namespace grpo::core {
 
+namespace dist {
+class Communicator;
+class GradientReducer;
+}  // namespace dist
+
 // train.old_logprobs: where the ratio's denominator comes from.
 //   kRecompute: the trainer's no-grad forward of the policy before the step's first update;
 //   kRollout:   Sample::rollout_logprobs (the backend's);
@@ -51,10 +56,22 @@ struct UpdateOptions {
   bool with_entropy = true;  // objective/entropy (no grad; computed in the first pass)
 };
 
+// Data-parallel training (core/dist): this rank holds groups [first_group, first_group +
+// groups.size()) of the step's global_groups (rank order). Mini-batches are split over the
+// GLOBAL group list, exactly as one process would split it; loss denominators are summed over
+// ranks and gradients all-reduced (summed) before clipping, so every rank takes the optimizer
+// step of the global batch. Every rank must call update_policy, also with no group of its own.
+struct DataParallelUpdate {
+  dist::Communicator* comm = nullptr;
+  dist::GradientReducer* reducer = nullptr;
+  std::size_t first_group = 0, global_groups = 0;
+};
+
 struct UpdateComponents {
   const sdk::PolicyLoss* policy_loss = nullptr;    // required
   const sdk::KlEstimator* kl_estimator = nullptr;  // required when kl.kl_coef != 0
   CausalLM reference{nullptr};                     // frozen reference; required when kl.kl_coef != 0
+  const DataParallelUpdate* data_parallel = nullptr;  // null: one process
 };
 
 struct UpdateResult {
@@ -86,6 +103,7 @@ struct UpdateResult {
 //   optimizer/grad_norm                                mean pre-clip norm over the performed optimizer steps
 //   train/optimizer_steps, train/skipped_nonfinite, train/micro_batches (forward/backward passes of the step)
 //   other/packed_ratio, other/pack_utilization         of one pass's packing
+//   time/gradient_allreduce                            data-parallel: seconds waited for gradient all-reduces (not hidden by backward)
 UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer, const std::function<void()>& after_optimizer_step,
                            const std::vector<Group>& groups, const UpdateComponents& components, const UpdateOptions& options);
 

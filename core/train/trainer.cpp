@@ -7,21 +7,27 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "core/algo/algorithm_settings.h"
+#include "core/dist/gradient_reducer.h"
+#include "core/dist/metric_reduction.h"
+#include "core/dist/process_group.h"
 #include "core/model/checkpoint.h"
 #include "core/metrics/run_metrics.h"
 #include "core/train/rollout_batch.h"
 #include "core/train/train_state.h"
 #include "core/train/verifier_pool.h"
+#include "core/config/yaml_loader.h"
 #include "grpo/sdk/config_view.h"
 #include "grpo/sdk/torch/advantage.h"
 #include "grpo/sdk/torch/kl_estimator.h"
@@ -48,6 +54,21 @@ std::uint64_t mix_seed(std::initializer_list<std::uint64_t> parts) {
     h = z ^ (z >> 31);
   }
   return h;
+}
+
+// This rank's share [begin, end) of n items split over `world` ranks in rank order: balanced,
+// the first (n % world) ranks one larger. Prompts of a step and eval prompts are split so.
+struct Share {
+  std::size_t begin = 0, end = 0;
+  std::size_t size() const { return end - begin; }
+};
+Share share_of(std::size_t n, int rank, int world) {
+  const auto r = static_cast<std::size_t>(rank), w = static_cast<std::size_t>(world);
+  const std::size_t base = n / w, extra = n % w;
+  Share s;
+  s.begin = r * base + std::min(r, extra);
+  s.end = s.begin + base + (r < extra ? 1 : 0);
+  return s;
 }
 
 template <class T>
@@ -96,13 +117,16 @@ NamedTensors weight_snapshot(CausalLM& model) {
 // Everything both the rollout thread and evaluation use.
 struct RolloutContext {
   RolloutContext(const TrainerSettings& s, sdk::RolloutBackend& b, const std::vector<VerifierSlot>& v, RewardOptions r,
-                 VerifierPool& p)
-      : settings(&s), backend(&b), verifiers(&v), rewards(std::move(r)), pool(&p) {}
+                 VerifierPool& p, dist::Distributed* d = nullptr)
+      : settings(&s), backend(&b), verifiers(&v), rewards(std::move(r)), pool(&p), dist(d) {}
   const TrainerSettings* settings;
   sdk::RolloutBackend* backend;
   const std::vector<VerifierSlot>* verifiers;
   RewardOptions rewards;
   VerifierPool* pool;
+  dist::Distributed* dist;  // data-parallel: this rank generates its share of every batch
+  int rank() const { return dist ? dist->rank() : 0; }
+  int world_size() const { return dist ? dist->world_size() : 1; }
   std::mutex backend_mutex;            // generation + scoring: one user at a time
   std::int64_t backend_version = -1;   // weights the backend holds (-1: as loaded from model.path)
 };
@@ -260,7 +284,7 @@ class RolloutWorker {
       sync_s = seconds_since(t0);
     }
     const sdk::SamplingParams sampling = training_sampling(s);
-    ActiveSamplingBatch active(static_cast<std::size_t>(s.num_prompts));
+    ActiveSamplingBatch active(std::max<std::size_t>(1, share_of(static_cast<std::size_t>(s.num_prompts), ctx_.rank(), ctx_.world_size()).size()));
     std::vector<Group> all_groups;  // for the reward metrics: everything generated this step
     MetricList gen_metrics;
     double generation_s = 0, reward_s = 0;
@@ -268,12 +292,23 @@ class RolloutWorker {
     std::vector<Group> kept;
     std::size_t zero_std_dropped = 0;
     for (;;) {
-      const std::vector<std::size_t> rows = sampler_.next(static_cast<std::size_t>(s.num_prompts));
+      // Every rank draws the same prompts (same sampler, same seed) and generates its share;
+      // the sampling seeds are those of the prompts' slots in the global batch, so the
+      // completions are the ones a single process would sample.
+      const std::vector<std::size_t> drawn = sampler_.next(static_cast<std::size_t>(s.num_prompts));
+      const Share share = share_of(drawn.size(), ctx_.rank(), ctx_.world_size());
+      std::vector<std::size_t> rows;
       std::vector<std::uint64_t> seeds;
-      for (std::size_t i = 0; i < rows.size(); ++i)
+      for (std::size_t i = share.begin; i < share.end; ++i) {
+        rows.push_back(drawn[i]);
         seeds.push_back(mix_seed({s.seed, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(attempts), i}));
+      }
       MetricList m;
-      std::vector<Group> groups = generate_and_score(ctx_, train_, rows, s.group_size, sampling, seeds, version, m);
+      std::vector<Group> groups;
+      // With active sampling a rank that already has its share skips generation, but keeps
+      // drawing so that every rank's sampler stays at the same position.
+      if (!(s.active_sampling && active.full()))
+        groups = generate_and_score(ctx_, train_, rows, s.group_size, sampling, seeds, version, m);
       generation_s += metric_value(m, "time/generation");
       reward_s += metric_value(m, "time/reward");
       if (attempts == 0) gen_metrics = m;
@@ -285,7 +320,10 @@ class RolloutWorker {
         break;
       }
       active.add(std::move(groups));
-      if (active.full() || attempts >= s.active_sampling_max_batches) {
+      bool done = active.full();
+      if (ctx_.dist)  // the ranks stop together: when every rank has its share
+        done = ctx_.dist->rollout().all_reduce_max(done ? 0.0 : 1.0, "active sampling (step " + std::to_string(step) + ")") == 0.0;
+      if (done || attempts >= s.active_sampling_max_batches) {
         const bool full = active.full();
         kept = active.take();
         if (!full)
@@ -397,6 +435,74 @@ MetricList compute_advantages(const sdk::AdvantageEstimator& estimator, std::vec
   return metrics;
 }
 
+// Data-parallel advantages: every rank sends what the estimator reads of its groups (rewards,
+// response lengths, per-token KL) to all, each rank runs the estimator on the GLOBAL batch (rank
+// order = the order one process would hold), so estimators with batch-wide statistics
+// (REINFORCE++'s whitening) see what one process would, and keeps its own groups' advantages.
+// Returns the estimator's metrics; *first_group / *global_groups place this rank's groups.
+MetricList compute_global_advantages(dist::Communicator& comm, const sdk::AdvantageEstimator& estimator,
+                                     std::vector<Group>& groups, const std::vector<std::vector<float>>* token_kl,
+                                     double reward_kl_coef, std::int64_t step, std::size_t* first_group,
+                                     std::size_t* global_groups) {
+  // Layout (doubles): groups; per group: samples; per sample: reward, response length, then
+  // (with token KL) one value per response token.
+  std::vector<double> mine{static_cast<double>(groups.size())};
+  std::size_t b = 0;
+  for (const auto& g : groups) {
+    mine.push_back(static_cast<double>(g.samples.size()));
+    for (const auto& smp : g.samples) {
+      mine.push_back(smp.reward);
+      mine.push_back(static_cast<double>(smp.response_ids.size()));
+      if (token_kl) {
+        const auto& row = (*token_kl)[b];
+        mine.insert(mine.end(), row.begin(), row.end());
+      }
+      ++b;
+    }
+  }
+  const std::string bytes(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(double));
+  const std::vector<std::string> all = comm.all_gather_bytes(bytes, "rewards for advantages (step " + std::to_string(step) + ")");
+  std::vector<Group> global;
+  std::vector<std::vector<float>> global_kl;
+  *first_group = 0;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (static_cast<int>(r) == comm.rank()) {
+      *first_group = global.size();
+      for (auto& g : groups) global.push_back(std::move(g));
+      if (token_kl) global_kl.insert(global_kl.end(), token_kl->begin(), token_kl->end());
+      continue;
+    }
+    std::vector<double> v(all[r].size() / sizeof(double));
+    std::memcpy(v.data(), all[r].data(), v.size() * sizeof(double));
+    std::size_t pos = 0;
+    auto next = [&]() {
+      if (pos >= v.size()) throw std::runtime_error("rank " + std::to_string(r) + " sent a truncated reward batch");
+      return v[pos++];
+    };
+    const auto n_groups = static_cast<std::size_t>(next());
+    for (std::size_t gi = 0; gi < n_groups; ++gi) {
+      Group g;  // what the estimator reads: rewards and response lengths
+      const auto n_samples = static_cast<std::size_t>(next());
+      for (std::size_t si = 0; si < n_samples; ++si) {
+        Sample smp;
+        smp.reward = next();
+        smp.response_ids.assign(static_cast<std::size_t>(next()), 0);
+        if (token_kl) {
+          std::vector<float> row(smp.response_ids.size());
+          for (auto& x : row) x = static_cast<float>(next());
+          global_kl.push_back(std::move(row));
+        }
+        g.samples.push_back(std::move(smp));
+      }
+      global.push_back(std::move(g));
+    }
+  }
+  *global_groups = global.size();
+  MetricList metrics = compute_advantages(estimator, global, token_kl ? &global_kl : nullptr, reward_kl_coef);
+  for (std::size_t i = 0; i < groups.size(); ++i) groups[i] = std::move(global[*first_group + i]);
+  return metrics;
+}
+
 // Reference = (1 - alpha) reference + alpha policy.
 void polyak_update(CausalLM& reference, CausalLM& policy, double alpha) {
   torch::NoGradGuard no_grad;
@@ -414,13 +520,14 @@ std::string format_metric(double v) {
 
 // One evaluation of `eval` (eval.* settings: the same seeds every time, greedy by default),
 // with `weights` loaded into the backend first when given. `groups_out` (may be null) receives
-// the scored samples.
+// the scored samples. Data-parallel (ctx.dist): every rank evaluates its share of the prompts
+// (with the seeds of their global index) and the metrics are reduced over ranks.
 MetricList evaluate_prompts(RolloutContext& ctx, const PromptSet& eval, const NamedTensors* weights, std::int64_t step,
                             std::vector<Group>* groups_out) {
   const TrainerSettings& s = *ctx.settings;
   MetricList out;
   const auto t0 = Clock::now();
-  std::lock_guard<std::mutex> lock(ctx.backend_mutex);
+  std::unique_lock<std::mutex> lock(ctx.backend_mutex);
   if (weights) {
     ctx.backend->update_weights(*weights);
     ctx.backend_version = -2;  // the trainer's current weights, not a published version
@@ -428,32 +535,39 @@ MetricList evaluate_prompts(RolloutContext& ctx, const PromptSet& eval, const Na
   sdk::SamplingParams sampling = training_sampling(s);
   sampling.temperature = s.eval_temperature;
   sampling.top_p = s.eval_temperature > 0 ? s.top_p : 1.0;
-  std::vector<std::size_t> rows(eval.examples.size());
-  std::vector<std::uint64_t> seeds(rows.size());
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    rows[i] = i;
-    seeds[i] = mix_seed({s.seed, 0xE7A1ULL, i});  // the same samples at every evaluation
+  const Share share = share_of(eval.examples.size(), ctx.rank(), ctx.world_size());
+  std::vector<std::size_t> rows;
+  std::vector<std::uint64_t> seeds;
+  for (std::size_t i = share.begin; i < share.end; ++i) {
+    rows.push_back(i);
+    seeds.push_back(mix_seed({s.seed, 0xE7A1ULL, i}));  // the same samples at every evaluation
   }
-  MetricList gen;
-  std::vector<Group> groups = generate_and_score(ctx, eval, rows, s.eval_num_samples, sampling, seeds, step, gen);
-  for (const auto& [name, value] : reward_metrics(groups)) {
-    std::string n = name;
-    for (const char* prefix : {"objective/", "val/"})
-      if (n.rfind(prefix, 0) == 0) n = n.substr(std::string(prefix).size());
-    out.emplace_back("eval/" + n, value);
+  std::vector<Group> groups;
+  if (!rows.empty()) {
+    MetricList gen;
+    groups = generate_and_score(ctx, eval, rows, s.eval_num_samples, sampling, seeds, step, gen);
+    for (const auto& [name, value] : reward_metrics(groups)) {
+      std::string n = name;
+      for (const char* prefix : {"objective/", "val/"})
+        if (n.rfind(prefix, 0) == 0) n = n.substr(std::string(prefix).size());
+      out.emplace_back("eval/" + n, value);
+    }
+    double pass = 0;
+    for (const auto& g : groups) {
+      std::int64_t c = 0;
+      for (const auto& smp : g.samples) c += smp.correct ? 1 : 0;
+      pass += pass_at_k(static_cast<std::int64_t>(g.samples.size()), c, s.eval_pass_k);
+    }
+    out.emplace_back("eval/pass_at_" + std::to_string(s.eval_pass_k), pass / static_cast<double>(groups.size()));
+    out.emplace_back("eval/prompts", static_cast<double>(groups.size()));
   }
-  double pass = 0;
-  for (const auto& g : groups) {
-    std::int64_t c = 0;
-    for (const auto& smp : g.samples) c += smp.correct ? 1 : 0;
-    pass += pass_at_k(static_cast<std::int64_t>(g.samples.size()), c, s.eval_pass_k);
-  }
-  out.emplace_back("eval/pass_at_" + std::to_string(s.eval_pass_k), pass / static_cast<double>(groups.size()));
-  out.emplace_back("eval/prompts", static_cast<double>(groups.size()));
+  lock.unlock();
   out.emplace_back("time/eval", seconds_since(t0));
+  if (ctx.dist)  // prompt-weighted means over ranks; eval/prompts adds up
+    out = dist::reduce_metrics(ctx.dist->train(), out, static_cast<double>(rows.size()), "eval metrics (step " + std::to_string(step) + ")");
   spdlog::info("eval at step {}: correct rate {:.4f}, mean score {:.4f}, pass@{} {:.4f} ({} prompts)", step,
                metric_value(out, "eval/verifiable_correct_rate"), metric_value(out, "eval/scores"), s.eval_pass_k,
-               pass / static_cast<double>(groups.size()), groups.size());
+               metric_value(out, "eval/pass_at_" + std::to_string(s.eval_pass_k)), metric_value(out, "eval/prompts"));
   if (groups_out) *groups_out = std::move(groups);
   return out;
 }
@@ -565,8 +679,61 @@ TrainerSettings trainer_settings(const sdk::ConfigValue& root) {
   return s;
 }
 
+namespace {
+
+// Data-parallel start: every rank must run the same configuration and resume from the same
+// checkpoint (a run directory that is not shared shows here), and starts from rank 0's weights.
+void check_ranks_agree(dist::Distributed& d, const sdk::ConfigValue& config, std::int64_t resumed_step, CausalLM& model) {
+  dist::Communicator& comm = d.train();
+  const std::vector<std::string> configs = comm.all_gather_bytes(to_yaml(config), "configuration check");
+  for (std::size_t r = 1; r < configs.size(); ++r)
+    if (configs[r] != configs[0]) {
+      std::istringstream a(configs[0]), b(configs[r]);
+      std::string la, lb;
+      int line = 0;
+      while (true) {
+        ++line;
+        const bool ga = static_cast<bool>(std::getline(a, la)), gb = static_cast<bool>(std::getline(b, lb));
+        if (!ga && !gb) break;
+        if (la != lb || ga != gb) break;
+      }
+      throw std::runtime_error("rank " + std::to_string(r) + " runs a different configuration than rank 0: line " +
+                               std::to_string(line) + " of the effective configuration is '" + lb + "' there and '" + la +
+                               "' on rank 0. Launch every rank with the same --config and --set options.");
+    }
+  const std::vector<std::string> steps = comm.all_gather_bytes(std::to_string(resumed_step), "resume check");
+  for (std::size_t r = 1; r < steps.size(); ++r)
+    if (steps[r] != steps[0])
+      throw std::runtime_error("rank " + std::to_string(r) + " resumes from step " + steps[r] + " but rank 0 from step " +
+                               steps[0] + ": run.output_dir must be one folder every rank sees (a shared filesystem)");
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> params;
+  for (auto& p : model->parameters()) params.push_back(p.detach());
+  comm.broadcast(params, 0, "initial weights from rank 0");
+}
+
+void train(const sdk::ConfigValue& config, RuntimeComponents& components, LoadedPolicy& policy,
+           const PolicySpec& policy_spec, dist::Distributed* distributed);
+
+}  // namespace
+
 void run_training(const sdk::ConfigValue& config, RuntimeComponents& components, LoadedPolicy& policy,
-                  const PolicySpec& policy_spec) {
+                  const PolicySpec& policy_spec, dist::Distributed* distributed) {
+  try {
+    train(config, components, policy, policy_spec, distributed);
+  } catch (const dist::PeerLostError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // The other ranks name this one, and why, instead of reporting a lost connection.
+    if (distributed) distributed->announce_failure(e.what());
+    throw;
+  }
+}
+
+namespace {
+
+void train(const sdk::ConfigValue& config, RuntimeComponents& components, LoadedPolicy& policy,
+           const PolicySpec& policy_spec, dist::Distributed* distributed) {
   const TrainerSettings s = trainer_settings(config);
 
   // ---- Everything that can fail is checked before the first step.
@@ -581,6 +748,11 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
     fail_at_config_key(config, {"algorithm", "advantage"}, "training needs an advantage estimator (e.g. grpo; or --config configs/algorithms/grpo.yaml)");
   if (!loss) fail_at_config_key(config, {"algorithm", "policy_loss"}, "training needs a policy loss (e.g. ppo_clip)");
   if (components.verifiers.empty()) fail_at_config_key(config, {"verifiers"}, "training needs at least one verifier");
+  if (distributed && s.num_prompts < distributed->world_size())
+    fail_at_config_key(config, {"rollout", "num_unique_prompts"},
+                       "groups are never split across ranks: " + std::to_string(distributed->world_size()) +
+                           " ranks need at least " + std::to_string(distributed->world_size()) + " prompts per step, got " +
+                           std::to_string(s.num_prompts));
 
   const DataOptions data = data_options(config);
   if (data.train.empty()) fail_at_config_key(config, {"data", "train"}, "training needs data: add a JSONL file to data.train");
@@ -625,18 +797,21 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
   contents.chat_template_name = s.chat_template_name;
   contents.generation_config_json = policy.model.generation_config_json;
   const bool resumed = s.resume && resume_from_latest_checkpoint(config, s.run_dir, s.seed, contents, state);
+  const bool main_rank = !distributed || distributed->is_main();  // writes checkpoints, metrics and the log
+  if (distributed) check_ranks_agree(*distributed, config, resumed ? state.step : 0, model);
   if (resumed && state.step >= s.steps) {
     spdlog::info("resume: {} is at step {} of {}; nothing left to train", checkpoint_path(s.run_dir, state.step),
                  state.step, s.steps);
     return;
   }
   state.async_steps = s.async_steps;
-  RunMetrics run_metrics(s.run_dir, resumed ? state.step : -1, s.steps, "step", default_training_panels());
+  std::optional<RunMetrics> run_metrics;
+  if (main_rank) run_metrics.emplace(s.run_dir, resumed ? state.step : -1, s.steps, "step", default_training_panels());
 
   PromptSampler sampler(train.examples.size(), s.seed, data.shuffle);
   sampler.set_position(state.data);
   VerifierPool pool(reward_opts.num_threads, reward_opts.timeout_s);
-  RolloutContext ctx(s, *backend, components.verifiers, reward_opts, pool);
+  RolloutContext ctx(s, *backend, components.verifiers, reward_opts, pool, distributed);
 
   auto evaluate = [&](std::int64_t step) -> MetricList {
     if (eval.examples.empty()) return {};
@@ -645,6 +820,7 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
   };
 
   auto save = [&](const char* why) {
+    if (!main_rank) return;  // every rank holds the same weights and state
     const auto t0 = Clock::now();
     save_checkpoint(s.run_dir, state, contents, s.keep_last);
     spdlog::info("checkpoint {} ({}, {:.2f} s)", checkpoint_path(s.run_dir, state.step), why, seconds_since(t0));
@@ -654,6 +830,22 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
   update_components.policy_loss = loss.get();
   update_components.kl_estimator = kl_estimator.get();
   update_components.reference = reference;
+  std::unique_ptr<dist::GradientReducer> reducer;
+  DataParallelUpdate data_parallel;
+  if (distributed) {
+    std::vector<at::Tensor> trainable;
+    for (const auto& p : model->parameters())
+      if (p.requires_grad()) trainable.push_back(p);
+    reducer = std::make_unique<dist::GradientReducer>(
+        trainable, distributed->train(), static_cast<std::int64_t>(distributed->options().bucket_mb * 1024 * 1024));
+    data_parallel.comm = &distributed->train();
+    data_parallel.reducer = reducer.get();
+    update_components.data_parallel = &data_parallel;
+    spdlog::info("data parallel: rank {} of {}, {} of {} prompts per step, gradients in {} bucket(s) of <= {} MB",
+                 distributed->rank(), distributed->world_size(),
+                 share_of(static_cast<std::size_t>(s.num_prompts), distributed->rank(), distributed->world_size()).size(),
+                 s.num_prompts, reducer->num_buckets(), distributed->options().bucket_mb);
+  }
   set_learning_rate(*optimizer, s.optimizer.learning_rate * lr_factor(s.optimizer, state.optimizer_steps, total_optimizer_steps));
   auto after_optimizer_step = [&] {
     ++state.optimizer_steps;
@@ -662,7 +854,7 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
 
   MetricList pending_eval;
   if (s.eval_at_start && state.step == 0 && !eval.examples.empty()) pending_eval = evaluate(0);
-  if (!pending_eval.empty()) run_metrics.write(0, pending_eval);
+  if (!pending_eval.empty() && run_metrics) run_metrics->write(0, pending_eval);
 
   spdlog::info("training: steps {}..{}, {} prompts x {} samples per step, async_steps {}", state.step + 1, s.steps,
                s.num_prompts, s.group_size, s.async_steps);
@@ -687,25 +879,34 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
     const auto train_t0 = Clock::now();
     std::vector<Group>& groups = batch.groups;
     UpdateResult result;
-    if (!groups.empty()) {
-      std::vector<std::vector<float>> token_kl;
-      const bool kl_in_reward = needs_reference_model(s.update.kl) && s.update.kl.kl_in_reward;
-      if (kl_in_reward) {
-        // kl(old, ref) per token, no gradient: the penalty the token rewards carry.
-        const auto old_lp = sample_logprobs(model, groups, s.update);
-        const auto ref_lp = sample_logprobs(reference, groups, s.update);
-        for (std::size_t i = 0; i < old_lp.size(); ++i) {
-          const auto n = static_cast<std::int64_t>(old_lp[i].size());
-          at::Tensor o = torch::tensor(old_lp[i]).view({1, n});
-          at::Tensor r = torch::tensor(ref_lp[i]).view({1, n});
-          at::Tensor k = kl_estimator->compute(o, r).to(torch::kFloat).contiguous();
-          token_kl.emplace_back(k.data_ptr<float>(), k.data_ptr<float>() + n);
-        }
+    std::vector<std::vector<float>> token_kl;
+    const bool kl_in_reward = needs_reference_model(s.update.kl) && s.update.kl.kl_in_reward;
+    if (kl_in_reward && !groups.empty()) {
+      // kl(old, ref) per token, no gradient: the penalty the token rewards carry.
+      const auto old_lp = sample_logprobs(model, groups, s.update);
+      const auto ref_lp = sample_logprobs(reference, groups, s.update);
+      for (std::size_t i = 0; i < old_lp.size(); ++i) {
+        const auto n = static_cast<std::int64_t>(old_lp[i].size());
+        at::Tensor o = torch::tensor(old_lp[i]).view({1, n});
+        at::Tensor r = torch::tensor(ref_lp[i]).view({1, n});
+        at::Tensor k = kl_estimator->compute(o, r).to(torch::kFloat).contiguous();
+        token_kl.emplace_back(k.data_ptr<float>(), k.data_ptr<float>() + n);
       }
-      for (auto& kv : compute_advantages(*advantage, groups, kl_in_reward ? &token_kl : nullptr, reward_kl_coef(s.update.kl)))
-        m.push_back(kv);
+    }
+    // Data-parallel: the advantages of the global batch; every rank updates, also without groups.
+    std::size_t first_group = 0, global_groups = groups.size();
+    MetricList advantage_metrics;
+    if (distributed)
+      advantage_metrics = compute_global_advantages(distributed->train(), *advantage, groups, kl_in_reward ? &token_kl : nullptr,
+                                                    reward_kl_coef(s.update.kl), step, &first_group, &global_groups);
+    else if (!groups.empty())
+      advantage_metrics = compute_advantages(*advantage, groups, kl_in_reward ? &token_kl : nullptr, reward_kl_coef(s.update.kl));
+    if (global_groups > 0) {
+      for (auto& kv : advantage_metrics) m.push_back(kv);
       UpdateOptions u = s.update;
       u.stale = staleness > 0;
+      data_parallel.first_group = first_group;
+      data_parallel.global_groups = global_groups;
       result = update_policy(model, *optimizer, after_optimizer_step, groups, update_components, u);
       for (auto& kv : result.metrics) m.push_back(kv);
     } else {
@@ -741,11 +942,18 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
     m.emplace_back("epoch", static_cast<double>(state.data.epoch) +
                                 static_cast<double>(state.data.offset) / static_cast<double>(train.examples.size()));
 
+    if (distributed) {
+      // Over ranks (core/dist/metric_reduction.h), weighted by each rank's share of the prompts.
+      m.emplace_back("time/collectives", distributed->train().take_blocked_seconds());
+      const double share = static_cast<double>(
+          share_of(static_cast<std::size_t>(s.num_prompts), distributed->rank(), distributed->world_size()).size());
+      m = dist::reduce_metrics(distributed->train(), m, share, "step metrics (step " + std::to_string(step) + ")");
+    }
     const bool last = step == s.steps;
     if (!eval.examples.empty() && (last || (s.eval_every > 0 && step % s.eval_every == 0)))
       for (auto& kv : evaluate(step)) m.push_back(kv);
-    run_metrics.write(step, m);
-    run_metrics.show_progress(step, {{"reward", format_metric(metric_value(m, "objective/scores"))},
+    if (run_metrics) run_metrics->write(step, m);
+    if (run_metrics) run_metrics->show_progress(step, {{"reward", format_metric(metric_value(m, "objective/scores"))},
                                      {"correct", format_percent(metric_value(m, "objective/verifiable_correct_rate"))},
                                      {"", format_rate(metric_value(m, "rollout/tokens_per_second")) + " gen tok/s"}});
     spdlog::info("step {}/{} | reward {} | correct {} | loss {} | kl {} | groups {} | {:.2f} s", step, s.steps,
@@ -763,9 +971,15 @@ void run_training(const sdk::ConfigValue& config, RuntimeComponents& components,
     }
     if (last || (s.save_freq > 0 && step % s.save_freq == 0)) save(last ? "final" : "save_freq");
   }
-  run_metrics.finish();
-  spdlog::info("training done: {} steps; metrics in {}", s.steps, run_metrics.metrics_path());
+  // No rank leaves before rank 0's final checkpoint is written: every exit code says the run is complete.
+  if (distributed) distributed->train().barrier("end of training");
+  if (run_metrics) {
+    run_metrics->finish();
+    spdlog::info("training done: {} steps; metrics in {}", s.steps, run_metrics->metrics_path());
+  }
 }
+
+}  // namespace
 
 EvaluationResult run_evaluation(const sdk::ConfigValue& config, RuntimeComponents& components, const Tokenizer& tokenizer) {
   const TrainerSettings s = trainer_settings(config);

@@ -27,6 +27,10 @@
 
 namespace grpo::core {
 
+namespace dist {
+class Distributed;
+}
+
 struct TrainerSettings {
   std::string run_dir;
   std::uint64_t seed = 1;
@@ -73,8 +77,15 @@ TrainerSettings trainer_settings(const sdk::ConfigValue& root);
 // Runs the training job. Everything that can be checked is checked before the first step
 // (data, verifier labels, components); errors are sdk::ConfigError (configuration),
 // DataError (a row: file and line) or std::runtime_error.
+//
+// Data-parallel (`distributed` given, docs/distributed.md): every rank runs this with the same
+// configuration; each generates and scores its share of every step's prompts (whole groups),
+// advantages are computed over the global batch, gradients are all-reduced, metrics reduced;
+// rank 0 alone writes checkpoints, metrics.jsonl, TensorBoard events and curves, and every rank
+// resumes from them. A lost peer is dist::PeerLostError; this rank's own failure is announced
+// to the others before it is rethrown.
 void run_training(const sdk::ConfigValue& config, RuntimeComponents& components, LoadedPolicy& policy,
-                  const PolicySpec& policy_spec);
+                  const PolicySpec& policy_spec, dist::Distributed* distributed = nullptr);
 
 // What one evaluation found: the eval/* metrics (as in metrics.jsonl) and every sample.
 struct EvalSample {

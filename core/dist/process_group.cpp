@@ -1,0 +1,470 @@
+#include "core/dist/process_group.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+#if defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/runtime/components.h"
+#include "grpo/sdk/config_view.h"
+
+namespace grpo::core::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
+
+Ms to_ms(double seconds) { return Ms(static_cast<std::int64_t>(seconds * 1000.0)); }
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string heartbeat_key(int rank) { return "grpo/heartbeat/" + std::to_string(rank); }
+std::string failed_key(int rank) { return "grpo/failed/" + std::to_string(rank); }
+
+std::string to_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::vector<uint8_t> to_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+c10::intrusive_ptr<c10d::TCPStore> connect_store(const WorldInfo& w, bool server, double timeout_s, bool wait_workers) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(w.master_port);
+  o.isServer = server;
+  o.numWorkers = static_cast<std::size_t>(w.world_size);
+  o.waitWorkers = wait_workers;
+  o.timeout = to_ms(timeout_s);
+  return c10::make_intrusive<c10d::TCPStore>(w.master_addr, o);
+}
+
+// One heartbeat as stored: "<counter> <collective seq> <collective label>".
+struct Heartbeat {
+  bool present = false;
+  std::int64_t counter = -1, seq = -1;
+  std::string label;
+};
+
+Heartbeat parse_heartbeat(const std::string& value) {
+  Heartbeat h;
+  std::istringstream in(value);
+  if (in >> h.counter >> h.seq) {
+    h.present = true;
+    std::getline(in >> std::ws, h.label);
+  }
+  return h;
+}
+
+}  // namespace
+
+DistOptions dist_options(const sdk::ConfigValue& root) {
+  const sdk::ConfigView view(find_config_node(root, {"dist"}), "dist");
+  DistOptions o;
+  o.backend = view.get_choice("backend", "auto", {"auto", "gloo", "nccl"});
+  auto positive = [&](const char* key, double fallback) {
+    const double v = view.get_double(key, fallback);
+    if (!std::isfinite(v) || v <= 0) fail_at_config_key(root, {"dist", key}, "expected a number > 0, got " + std::to_string(v));
+    return v;
+  };
+  o.timeout_s = positive("timeout_s", o.timeout_s);
+  o.heartbeat_s = positive("heartbeat_s", o.heartbeat_s);
+  o.bucket_mb = positive("bucket_mb", o.bucket_mb);
+  if (o.heartbeat_s * 3 >= o.timeout_s)
+    fail_at_config_key(root, {"dist", "heartbeat_s"}, "must be well below dist.timeout_s / 3 = " + std::to_string(o.timeout_s / 3));
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+struct Distributed::State {
+  WorldInfo world;
+  DistOptions options;
+  c10::intrusive_ptr<c10d::Store> store;  // the set-up connection: rendezvous, announce_failure
+  std::mutex store_mutex;
+
+  // The training thread's position: the collective it is in or last was in.
+  std::mutex position_mutex;
+  std::int64_t seq = 0;
+  std::string label = "start-up";
+
+  std::thread heartbeat;
+  std::mutex stop_mutex;
+  std::condition_variable stop_cv;
+  bool stop = false;
+
+  void enter(const std::string& what) {
+    std::lock_guard<std::mutex> lock(position_mutex);
+    ++seq;
+    label = what;
+  }
+  std::pair<std::int64_t, std::string> position() {
+    std::lock_guard<std::mutex> lock(position_mutex);
+    return {seq, label};
+  }
+
+  void heartbeat_loop() {
+    c10::intrusive_ptr<c10d::TCPStore> hb;
+    std::int64_t counter = 0;
+    bool warned = false;
+    for (;;) {
+      try {
+        if (!hb) hb = connect_store(world, false, std::max(5.0, 3 * options.heartbeat_s), false);
+        const auto [s, l] = position();
+        hb->set(heartbeat_key(world.rank), to_bytes(std::to_string(++counter) + " " + std::to_string(s) + " " + l));
+      } catch (const std::exception& e) {
+        // The store's host (rank 0) is gone or finished: the collectives report it.
+        if (!warned) spdlog::debug("heartbeat: {}", e.what());
+        warned = true;
+        hb.reset();
+      }
+      std::unique_lock<std::mutex> lock(stop_mutex);
+      if (stop_cv.wait_for(lock, to_ms(options.heartbeat_s), [&] { return stop; })) return;
+    }
+  }
+
+  // Which rank is lost, and why; `compare_position`: the failing collective is the training
+  // thread's (its sequence numbers are comparable across ranks).
+  PeerLostError diagnose(const std::string& what, const std::string& error, bool compare_position) {
+    const auto [my_seq, my_label] = position();
+    const std::string context = "collective '" + what + "' failed on rank " + std::to_string(world.rank) + ": ";
+    const std::string store_addr = world.master_addr + ":" + std::to_string(world.master_port);
+    c10::intrusive_ptr<c10d::TCPStore> probe;
+    auto read = [&](int r, const std::string& key) -> std::string {
+      return probe->check({key}) ? to_string(probe->get(key)) : std::string();
+    };
+    try {
+      probe = connect_store(world, false, std::max(5.0, 3 * options.heartbeat_s), false);
+      // 1. A rank that said why it stopped.
+      for (int r = 0; r < world.world_size; ++r) {
+        if (r == world.rank) continue;
+        const std::string msg = read(r, failed_key(r));
+        if (!msg.empty()) return PeerLostError(context + "rank " + std::to_string(r) + " failed: " + msg, r);
+      }
+      // 2. Heartbeats that stopped: read twice, ~3 periods apart.
+      std::vector<Heartbeat> before(world.world_size), after(world.world_size);
+      for (int r = 0; r < world.world_size; ++r) before[r] = parse_heartbeat(read(r, heartbeat_key(r)));
+      const double wait_s = 3 * options.heartbeat_s;
+      std::this_thread::sleep_for(to_ms(wait_s));
+      std::vector<int> stale;
+      for (int r = 0; r < world.world_size; ++r) {
+        if (r == world.rank) continue;
+        after[r] = parse_heartbeat(read(r, heartbeat_key(r)));
+        if (!after[r].present || after[r].counter == before[r].counter) stale.push_back(r);
+      }
+      // A rank may have announced its failure meanwhile.
+      for (int r = 0; r < world.world_size; ++r) {
+        if (r == world.rank) continue;
+        const std::string msg = read(r, failed_key(r));
+        if (!msg.empty()) return PeerLostError(context + "rank " + std::to_string(r) + " failed: " + msg, r);
+      }
+      if (!stale.empty()) {
+        const int r = stale.front();
+        std::string m = context + "lost rank " + std::to_string(r) + ": no heartbeat for " + std::to_string(int(wait_s)) +
+                        " s (the process died or is frozen)";
+        if (after[r].present) m += "; it was last in collective #" + std::to_string(after[r].seq) + " '" + after[r].label + "'";
+        if (stale.size() > 1) {
+          m += "; also silent:";
+          for (std::size_t i = 1; i < stale.size(); ++i) m += " rank " + std::to_string(stale[i]);
+        }
+        return PeerLostError(m + " (" + error + ")", r);
+      }
+      // 3. Alive but not where this rank is: hung in its own work.
+      if (compare_position)
+        for (int r = 0; r < world.world_size; ++r) {
+          if (r == world.rank || after[r].seq >= my_seq) continue;
+          return PeerLostError(context + "rank " + std::to_string(r) + " is alive but did not reach collective #" +
+                                   std::to_string(my_seq) + " '" + my_label + "' within dist.timeout_s = " +
+                                   std::to_string(int(options.timeout_s)) + " s; it is still in #" +
+                                   std::to_string(after[r].seq) + " '" + after[r].label + "' (" + error + ")",
+                               r);
+        }
+    } catch (const std::exception& e) {
+      if (world.rank != 0)
+        return PeerLostError(context + "lost rank 0: the rendezvous store it hosts at " + store_addr +
+                                 " does not answer (" + e.what() + "); collective error: " + error,
+                             0);
+      return PeerLostError(context + error + " (the store could not be read to tell which rank: " + e.what() + ")", -1);
+    }
+    return PeerLostError(context + error + " (every rank still has a heartbeat; no rank announced a failure)", -1);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+struct Communicator::Impl {
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  std::shared_ptr<Distributed::State> state;
+  bool tracks_position = false;  // the training thread's communicator
+  double blocked_s = 0.0;
+
+  void enter(const std::string& what) {
+    if (tracks_position) state->enter(what);
+  }
+  [[noreturn]] void fail(const std::string& what, const std::exception& e) {
+    throw state->diagnose(what, e.what(), tracks_position);
+  }
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+    const auto t0 = Clock::now();
+    try {
+      work->wait();
+    } catch (const std::exception& e) {
+      fail(what, e);
+    }
+    blocked_s += seconds_since(t0);
+  }
+};
+
+struct Communicator::Pending::Impl {
+  Communicator::Impl* owner = nullptr;
+  c10::intrusive_ptr<c10d::Work> work;
+  std::vector<at::Tensor> tensors;  // kept alive until done
+  std::string what;
+};
+
+Communicator::Pending::Pending() = default;
+Communicator::Pending::Pending(Pending&&) noexcept = default;
+Communicator::Pending& Communicator::Pending::operator=(Pending&&) noexcept = default;
+Communicator::Pending::~Pending() {
+  // An abandoned operation is still waited for: its buffers must outlive it.
+  if (impl_) try {
+      impl_->work->wait();
+    } catch (...) {
+    }
+}
+
+void Communicator::Pending::wait() {
+  if (!impl_) return;
+  auto impl = std::move(impl_);
+  impl->owner->wait(impl->work, impl->what);
+}
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return impl_->group->getRank(); }
+int Communicator::world_size() const { return impl_->group->getSize(); }
+
+void Communicator::all_reduce_sum(std::vector<at::Tensor>& tensors, const std::string& what) {
+  impl_->enter(what);
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = impl_->group->allreduce(tensors, c10d::AllreduceOptions{});
+  } catch (const std::exception& e) {
+    impl_->fail(what, e);
+  }
+  impl_->wait(work, what);
+}
+
+Communicator::Pending Communicator::all_reduce_sum_async(at::Tensor& tensor, const std::string& what) {
+  impl_->enter(what);
+  Pending p;
+  p.impl_ = std::make_unique<Pending::Impl>();
+  p.impl_->owner = impl_.get();
+  p.impl_->tensors = {tensor};
+  p.impl_->what = what;
+  try {
+    p.impl_->work = impl_->group->allreduce(p.impl_->tensors, c10d::AllreduceOptions{});
+  } catch (const std::exception& e) {
+    p.impl_.reset();
+    impl_->fail(what, e);
+  }
+  return p;
+}
+
+double Communicator::all_reduce_sum(double value, const std::string& what) {
+  std::vector<at::Tensor> t{torch::full({1}, value, torch::kFloat64)};
+  all_reduce_sum(t, what);
+  return t[0].item<double>();
+}
+
+double Communicator::all_reduce_max(double value, const std::string& what) {
+  std::vector<at::Tensor> t{torch::full({1}, value, torch::kFloat64)};
+  impl_->enter(what);
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::MAX;
+    work = impl_->group->allreduce(t, o);
+  } catch (const std::exception& e) {
+    impl_->fail(what, e);
+  }
+  impl_->wait(work, what);
+  return t[0].item<double>();
+}
+
+std::vector<std::string> Communicator::all_gather_bytes(const std::string& mine, const std::string& what) {
+  const int world = world_size();
+  // Sizes first: all-gather needs equal shapes, so the payloads are padded to the longest.
+  std::vector<at::Tensor> size_in{torch::full({1}, static_cast<std::int64_t>(mine.size()), torch::kInt64)};
+  std::vector<std::vector<at::Tensor>> size_out(1);
+  for (int r = 0; r < world; ++r) size_out[0].push_back(torch::empty({1}, torch::kInt64));
+  impl_->enter(what + " (sizes)");
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = impl_->group->allgather(size_out, size_in);
+  } catch (const std::exception& e) {
+    impl_->fail(what, e);
+  }
+  impl_->wait(work, what);
+  std::int64_t longest = 1;
+  std::vector<std::int64_t> sizes;
+  for (const auto& t : size_out[0]) {
+    sizes.push_back(t.item<std::int64_t>());
+    longest = std::max(longest, sizes.back());
+  }
+  std::vector<at::Tensor> data_in{torch::zeros({longest}, torch::kUInt8)};
+  std::copy(mine.begin(), mine.end(), data_in[0].data_ptr<std::uint8_t>());
+  std::vector<std::vector<at::Tensor>> data_out(1);
+  for (int r = 0; r < world; ++r) data_out[0].push_back(torch::empty({longest}, torch::kUInt8));
+  impl_->enter(what);
+  try {
+    work = impl_->group->allgather(data_out, data_in);
+  } catch (const std::exception& e) {
+    impl_->fail(what, e);
+  }
+  impl_->wait(work, what);
+  std::vector<std::string> out;
+  for (int r = 0; r < world; ++r) {
+    const auto* p = data_out[0][static_cast<std::size_t>(r)].data_ptr<std::uint8_t>();
+    out.emplace_back(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sizes[static_cast<std::size_t>(r)]));
+  }
+  return out;
+}
+
+void Communicator::broadcast(std::vector<at::Tensor>& tensors, int root, const std::string& what) {
+  impl_->enter(what);
+  for (auto& t : tensors) {
+    std::vector<at::Tensor> one{t};
+    c10::intrusive_ptr<c10d::Work> work;
+    try {
+      c10d::BroadcastOptions o;
+      o.rootRank = root;
+      work = impl_->group->broadcast(one, o);
+    } catch (const std::exception& e) {
+      impl_->fail(what, e);
+    }
+    impl_->wait(work, what);
+  }
+}
+
+void Communicator::barrier(const std::string& what) {
+  // An all-reduce rather than c10d's barrier: the same failure path (and Gloo's barrier
+  // has no per-call timeout of its own).
+  all_reduce_sum(0.0, what);
+}
+
+double Communicator::take_blocked_seconds() {
+  const double s = impl_->blocked_s;
+  impl_->blocked_s = 0.0;
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+namespace {
+
+bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1"; }
+
+c10::intrusive_ptr<c10d::ProcessGroup> make_group(const std::string& backend, const c10::intrusive_ptr<c10d::Store>& store,
+                                                  const WorldInfo& w, const DistOptions& options) {
+#if defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL)
+  if (backend == "nccl") {
+    auto o = c10d::ProcessGroupNCCL::Options::create();
+    o->timeout = to_ms(options.timeout_s);
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, w.rank, w.world_size, o);
+  }
+#endif
+  if (backend != "gloo") throw std::runtime_error("dist.backend '" + backend + "' is not available in this build");
+  auto o = c10d::ProcessGroupGloo::Options::create(to_ms(options.timeout_s));
+  // The network interface: GLOO_SOCKET_IFNAME (as PyTorch), loopback when every rank is on
+  // this machine, else the address this host's name resolves to.
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+    o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+  else if (is_loopback(w.master_addr))
+    o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  else
+    o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, w.rank, w.world_size, o);
+}
+
+std::string choose_backend(const std::string& requested, bool tensors_on_cuda) {
+  if (requested == "gloo") return "gloo";
+  if (requested == "nccl") {
+#if defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL)
+    return "nccl";
+#else
+    throw std::runtime_error("dist.backend: nccl needs a LibTorch built with CUDA and NCCL; this build has neither (use gloo)");
+#endif
+  }
+  if (requested != "auto") throw std::runtime_error("dist.backend '" + requested + "': expected auto, gloo or nccl");
+#if defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL)
+  if (tensors_on_cuda) return "nccl";
+#endif
+  (void)tensors_on_cuda;
+  return "gloo";
+}
+
+}  // namespace
+
+Distributed::Distributed(const WorldInfo& world, const DistOptions& options, bool tensors_on_cuda)
+    : world_(world), options_(options), backend_(choose_backend(options.backend, tensors_on_cuda)) {
+  state_ = std::make_shared<State>();
+  state_->world = world;
+  state_->options = options;
+  const std::string where = world.master_addr + ":" + std::to_string(world.master_port);
+  const auto t0 = Clock::now();
+  try {
+    state_->store = connect_store(world, world.rank == 0, options.timeout_s, true);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rendezvous at " + where + " failed for rank " + std::to_string(world.rank) + " of " +
+                             std::to_string(world.world_size) + " (waited up to dist.timeout_s = " +
+                             std::to_string(int(options.timeout_s)) + " s for " +
+                             (world.rank == 0 ? "the other ranks to connect" : "rank 0's store") + "): " + e.what());
+  }
+  auto make = [&](const char* prefix, bool tracks) {
+    auto impl = std::make_unique<Communicator::Impl>();
+    try {
+      impl->group = make_group(backend_, c10::make_intrusive<c10d::PrefixStore>(prefix, state_->store), world, options);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("creating the " + backend_ + " process group '" + prefix + "' (rank " +
+                               std::to_string(world.rank) + " of " + std::to_string(world.world_size) + ", store " + where +
+                               ") failed: " + e.what());
+    }
+    impl->state = state_;
+    impl->tracks_position = tracks;
+    return std::make_unique<Communicator>(std::move(impl));
+  };
+  train_ = make("train", true);
+  rollout_ = make("rollout", false);
+  state_->heartbeat = std::thread([s = state_] { s->heartbeat_loop(); });
+  spdlog::info("distributed: {}; backend {}; connected in {:.2f} s", world.describe(), backend_, seconds_since(t0));
+}
+
+Distributed::~Distributed() {
+  {
+    std::lock_guard<std::mutex> lock(state_->stop_mutex);
+    state_->stop = true;
+  }
+  state_->stop_cv.notify_all();
+  if (state_->heartbeat.joinable()) state_->heartbeat.join();
+  rollout_.reset();
+  train_.reset();
+}
+
+void Distributed::announce_failure(const std::string& message) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(state_->store_mutex);
+    state_->store->setTimeout(to_ms(5.0));
+    state_->store->set(failed_key(world_.rank), to_bytes(message.empty() ? std::string("(no message)") : message));
+  } catch (...) {
+  }
+}
+
+}  // namespace grpo::core::dist
