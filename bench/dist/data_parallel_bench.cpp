@@ -23,6 +23,7 @@
 #include "core/dist/local_launcher.h"
 #include "core/dist/process_group.h"
 #include "core/model/safetensors_torch.h"
+#include "tests/support/metrics_jsonl.h"
 #include "tests/train/trainer_fixtures.h"
 
 namespace {
@@ -45,9 +46,7 @@ RunFigures run(const std::string& dir, const std::string& config, int nproc, int
     std::exit(1);
   }
   RunFigures f;
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
+  for (const auto& j : grpo::testing::read_metrics(run_dir)) {
     if (!j.contains("time/step") || j.at("step").get<int>() <= 2) continue;
     f.step_s += j.at("time/step").get<double>();
     f.generation_s += j.value("time/generation", 0.0);
@@ -73,6 +72,7 @@ double raw_allreduce_s(std::int64_t numel, int reps) {
       w.world_size = 2;
       w.local_world_size = 2;
       w.master_port = port;
+      w.launcher = "threads of this process";
       grpo::core::dist::Distributed d(w, {}, false);
       std::vector<at::Tensor> t{torch::ones({numel})};
       d.train().all_reduce_sum(t, "warm-up");
@@ -93,12 +93,7 @@ int main(int argc, char** argv) {
   grpo::testing::write_digit_task(dir, 400, 20, 7);
   grpo::testing::make_digit_task_model(dir + "/model", 3, 20);
   const std::string config = dir + "/bench.yaml";
-  std::ofstream(config) << "run: {seed: 1}\n"
-                        << "model: {path: " << dir << "/model}\n"
-                        << "tokenizer: {chat_template_name: none}\n"
-                        << "plugins: {paths: [" << GRPO_PLUGIN_BUILD_DIR << "]}\n"
-                        << "verifiers: [exact_match]\n"
-                        << "data: {train: [" << dir << "/train.jsonl]}\n"
+  std::ofstream(config) << grpo::testing::digit_task_config_head(dir, dir + "/model", GRPO_PLUGIN_BUILD_DIR, /*with_eval=*/false)
                         << "algorithm: {advantage: grpo, policy_loss: ppo_clip, filter_zero_std_groups: false}\n"
                         << "reward: {verification_reward: 1.0}\n"
                         << "rollout: {num_unique_prompts: 32, num_samples_per_prompt: 8, max_new_tokens: 64, async_steps: 0,\n"

@@ -70,12 +70,7 @@ int main(int argc, char** argv) {
   grpo::testing::write_digit_task(dir, 400, 20, 7);
   grpo::testing::make_digit_task_model(dir + "/model", 3, 20);
   const std::string config = dir + "/bench.yaml";
-  std::ofstream(config) << "run: {seed: 1}\n"
-                        << "model: {path: " << dir << "/model}\n"
-                        << "tokenizer: {chat_template_name: none}\n"
-                        << "plugins: {paths: [" << GRPO_PLUGIN_BUILD_DIR << "]}\n"
-                        << "verifiers: [exact_match]\n"
-                        << "data: {train: [" << dir << "/train.jsonl]}\n"
+  std::ofstream(config) << grpo::testing::digit_task_config_head(dir, dir + "/model", GRPO_PLUGIN_BUILD_DIR, /*with_eval=*/false)
                         << "algorithm: {advantage: grpo, policy_loss: ppo_clip, filter_zero_std_groups: false}\n"
                         << "reward: {verification_reward: 1.0}\n"
                         << "rollout: {num_unique_prompts: 16, num_samples_per_prompt: 8, max_new_tokens: 64,\n"

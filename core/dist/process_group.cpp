@@ -120,6 +120,7 @@ struct Distributed::State {
         if (!hb) hb = connect_store(world, false, std::max(5.0, 3 * options.heartbeat_s), false);
         const auto [s, l] = position();
         hb->set(heartbeat_key(world.rank), to_bytes(std::to_string(++counter) + " " + std::to_string(s) + " " + l));
+        spdlog::trace("heartbeat {} {} {}", counter, s, l);
       } catch (const std::exception& e) {
         // The store's host (rank 0) is gone or finished: the collectives report it.
         if (!warned) spdlog::debug("heartbeat: {}", e.what());
@@ -168,9 +169,10 @@ struct Distributed::State {
       }
       if (!stale.empty()) {
         const int r = stale.front();
-        std::string m = context + "lost rank " + std::to_string(r) + ": no heartbeat for " + std::to_string(int(wait_s)) +
+        std::string m = context + "lost rank " + std::to_string(r) + ": no heartbeat for " + fmt::format("{:.1f}", wait_s) +
                         " s (the process died or is frozen)";
-        if (after[r].present) m += "; it was last in collective #" + std::to_string(after[r].seq) + " '" + after[r].label + "'";
+        if (after[r].present)
+          m += "; its last heartbeat had it in collective #" + std::to_string(after[r].seq) + " '" + after[r].label + "'";
         if (stale.size() > 1) {
           m += "; also silent:";
           for (std::size_t i = 1; i < stale.size(); ++i) m += " rank " + std::to_string(stale[i]);

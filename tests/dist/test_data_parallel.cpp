@@ -31,12 +31,7 @@ std::string write_config(const std::string& dir) {
   const std::string path = dir + "/run.yaml";
   // 8 prompts x 8 samples, 2 mini-batches over the global batch, KL against a reference model,
   // zero-std groups filtered (the ranks keep different numbers of groups), async rollouts.
-  std::ofstream(path) << "run: {seed: 1}\n"
-                      << "model: {path: " << dir << "/model}\n"
-                      << "tokenizer: {chat_template_name: none}\n"
-                      << "plugins: {paths: [" << GRPO_PLUGIN_BUILD_DIR << "]}\n"
-                      << "verifiers: [exact_match]\n"
-                      << "data: {train: [" << dir << "/train.jsonl], eval: [" << dir << "/eval.jsonl]}\n"
+  std::ofstream(path) << grpo::testing::digit_task_config_head(dir, dir + "/model", GRPO_PLUGIN_BUILD_DIR, /*with_eval=*/true)
                       << "algorithm: {advantage: grpo, policy_loss: ppo_clip, loss_aggregation: token-mean,\n"
                       << "            kl_estimator: k3, kl_coef: 0.05}\n"
                       << "reward: {verification_reward: 1.0, num_threads: 1}\n"
@@ -134,25 +129,41 @@ TEST(DataParallel, BatchWideAdvantageStatisticsAreGlobal) {
     EXPECT_NEAR(a[i]["val/advantages_std"].get<double>(), b[i]["val/advantages_std"].get<double>(), 1e-6) << "step " << i;
 }
 
+// Starts 2 ranks (torchrun-style variables), waits until the step-2 checkpoint exists, sends
+// `signal` to rank `victim` and waits for the other rank. Returns "code:C ms:M" (the
+// survivor's exit code and how many milliseconds it took to exit after the signal) and its log.
+std::string disrupt_a_rank(const std::string& dir, const std::string& args, const std::string& signal, int victim) {
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(grpo::core::dist::pick_free_port());
+  const std::string marker = dir + "/run/checkpoints/step_000002/trainer_state.json";
+  const std::string victim_pid = victim == 0 ? "$p0" : "$p1", survivor_pid = victim == 0 ? "$p1" : "$p0";
+  const std::string survivor_log = dir + "/rank" + std::to_string(1 - victim) + ".log";
+  return run_command("(env " + env + " RANK=0 " + grpo_run() + " " + args + " >" + dir + "/rank0.log 2>&1 & p0=$!; env " + env +
+                     " RANK=1 " + grpo_run() + " " + args + " >" + dir + "/rank1.log 2>&1 & p1=$!; while [ ! -f " + marker +
+                     " ] && kill -0 $p0 2>/dev/null; do sleep 0.05; done; sleep 0.3; kill -" + signal + " " + victim_pid +
+                     "; t0=$(date +%s%N); wait " + survivor_pid + "; e=$?; t1=$(date +%s%N); kill -9 " + victim_pid +
+                     " 2>/dev/null; wait " + victim_pid + " 2>/dev/null; echo code:$e ms:$(( (t1 - t0) / 1000000 )); cat " +
+                     survivor_log + ")")
+      .output;
+}
+
+double seconds_of(const std::string& output) {
+  const auto pos = output.find("ms:");
+  return pos == std::string::npos ? 1e9 : std::stod(output.substr(pos + 3)) / 1000.0;
+}
+
+std::string long_run_args(const std::string& config, const std::string& dir, int timeout_s) {
+  return "--config " + config + " --set run.output_dir=" + dir + "/run --set train.steps=500 --set checkpoint.save_freq=2" +
+         " --set eval.every=0 --set dist.timeout_s=" + std::to_string(timeout_s) + " --set dist.heartbeat_s=0.5";
+}
+
 TEST(DataParallel, AKilledRankIsNamedByTheSurvivorAndTheRunResumes) {
   const std::string dir = fresh_test_dir("dist");
   const std::string config = write_config(dir);
-  const double timeout_s = 60;
-  const std::string args = "--config " + config + " --set run.output_dir=" + dir + "/run --set train.steps=500" +
-                           " --set checkpoint.save_freq=2 --set eval.every=0 --set dist.timeout_s=" + std::to_string(int(timeout_s));
-  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(grpo::core::dist::pick_free_port());
-  const std::string marker = dir + "/run/checkpoints/step_000002/trainer_state.json";
-  // Rank 1 is SIGKILLed mid-run (once the step-2 checkpoint exists); rank 0's exit code, the
-  // seconds it took to exit after the kill, and its log.
-  const auto r = run_command("(env " + env + " RANK=0 " + grpo_run() + " " + args + " >" + dir + "/rank0.log 2>&1 & p0=$!; env " + env +
-                             " RANK=1 " + grpo_run() + " " + args + " >" + dir + "/rank1.log 2>&1 & p1=$!; while [ ! -f " + marker +
-                             " ] && kill -0 $p0 2>/dev/null; do sleep 0.05; done; sleep 0.3; kill -9 $p1; t0=$(date +%s); wait $p0; "
-                             "e0=$?; echo code:$e0 seconds:$(( $(date +%s) - t0 )); cat " + dir + "/rank0.log)");
-  ASSERT_NE(r.output.find("code:7 "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("lost rank 1"), std::string::npos) << r.output;
-  const auto pos = r.output.find("seconds:");
-  ASSERT_NE(pos, std::string::npos);
-  EXPECT_LT(std::stod(r.output.substr(pos + 8)), timeout_s) << r.output;
+  const int timeout_s = 60;
+  const std::string out = disrupt_a_rank(dir, long_run_args(config, dir, timeout_s), "9", 1);
+  ASSERT_NE(out.find("code:7 ms:"), std::string::npos) << out;
+  EXPECT_NE(out.find("lost rank 1: no heartbeat"), std::string::npos) << out;
+  EXPECT_LT(seconds_of(out), timeout_s) << out;  // a dead peer is seen at once, not after the timeout
 
   // The last complete checkpoint is usable: both ranks resume from it and finish 2 more steps.
   int latest = 0;
@@ -166,6 +177,56 @@ TEST(DataParallel, AKilledRankIsNamedByTheSurvivorAndTheRunResumes) {
   char name[32];
   std::snprintf(name, sizeof name, "step_%06d", latest + 2);
   EXPECT_TRUE(fs::exists(dir + "/run/checkpoints/" + name + "/model.safetensors"));
+}
+
+TEST(DataParallel, AFrozenRankIsNamedWithinTheTimeout) {
+  // SIGSTOP: the process is alive but answers nothing; only dist.timeout_s can tell.
+  const std::string dir = fresh_test_dir("dist");
+  const std::string config = write_config(dir);
+  const int timeout_s = 5;
+  const std::string out = disrupt_a_rank(dir, long_run_args(config, dir, timeout_s), "STOP", 1);
+  ASSERT_NE(out.find("code:7 ms:"), std::string::npos) << out;
+  EXPECT_NE(out.find("lost rank 1: no heartbeat"), std::string::npos) << out;
+  EXPECT_NE(out.find("frozen"), std::string::npos) << out;
+  // The timeout, then ~3 heartbeats (1.5 s) to tell which rank; generous for a loaded machine.
+  EXPECT_LT(seconds_of(out), timeout_s + 10) << out;
+}
+
+TEST(DataParallel, LosingRankZeroIsNamedByTheOthers) {
+  // Rank 0 also hosts the rendezvous store: the survivor cannot read heartbeats, and says so.
+  const std::string dir = fresh_test_dir("dist");
+  const std::string config = write_config(dir);
+  const std::string out = disrupt_a_rank(dir, long_run_args(config, dir, 60), "9", 0);
+  ASSERT_NE(out.find("code:7 ms:"), std::string::npos) << out;
+  EXPECT_NE(out.find("lost rank 0: the rendezvous store it hosts at 127.0.0.1:"), std::string::npos) << out;
+  EXPECT_LT(seconds_of(out), 60) << out;
+}
+
+TEST(DataParallel, SlurmAndOpenMpiVariablesStartTheRanks) {
+  // What srun and mpirun set, by hand: each launcher's own variables, no RANK / WORLD_SIZE.
+  const std::string dir = fresh_test_dir("dist");
+  const std::string config = write_config(dir);
+  const std::string args = "--config " + config + " --set train.steps=2 --set eval.every=0 --set eval.at_start=false";
+  struct Launcher {
+    std::string name, rank0, rank1;
+  };
+  const std::string port = " MASTER_PORT=";
+  for (const Launcher& l :
+       {Launcher{"slurm", "SLURM_PROCID=0 SLURM_LOCALID=0", "SLURM_PROCID=1 SLURM_LOCALID=1"},
+        Launcher{"mpi", "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_RANK=0", "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_RANK=1"}}) {
+    const std::string common = l.name == "slurm"
+                                   ? "SLURM_STEP_NUM_TASKS=2 SLURM_STEP_TASKS_PER_NODE=2 SLURM_STEP_NODELIST=localhost SLURM_NTASKS=2"
+                                   : "OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_SIZE=2 MASTER_ADDR=127.0.0.1";
+    const std::string env = "env -u RANK -u WORLD_SIZE " + common + port + std::to_string(grpo::core::dist::pick_free_port()) + " ";
+    const std::string run = " " + args + " --set run.output_dir=" + dir + "/" + l.name;
+    const auto r = run_command("(" + env + l.rank0 + " " + grpo_run() + run + " >" + dir + "/r0.log 2>&1 & p0=$!; " + env + l.rank1 + " " +
+                               grpo_run() + run + " >" + dir + "/r1.log 2>&1 & p1=$!; wait $p0; e0=$?; wait $p1; e1=$?; echo codes:$e0:$e1; cat " +
+                               dir + "/r0.log " + dir + "/r1.log)");
+    EXPECT_NE(r.output.find("codes:0:0"), std::string::npos) << l.name << "\n" << r.output;
+    EXPECT_NE(r.output.find("rank 0 of 2 (local 0 of 2), rendezvous "), std::string::npos) << l.name << "\n" << r.output;
+    EXPECT_NE(r.output.find("launcher " + l.name), std::string::npos) << l.name << "\n" << r.output;
+    EXPECT_TRUE(fs::exists(dir + "/" + l.name + "/checkpoints/step_000002/model.safetensors")) << l.name;
+  }
 }
 
 TEST(DataParallel, TooFewPromptsForTheRanksIsAConfigurationError) {

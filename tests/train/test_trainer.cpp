@@ -51,12 +51,8 @@ const std::string& task_model() {
 // A run config for the task; tests change it with --set. `model` defaults to the task model.
 std::string write_config(const std::string& dir, const std::string& run_dir, const std::string& model = "") {
   const std::string path = dir + "/run.yaml";
-  std::ofstream(path) << "run: {output_dir: " << run_dir << ", seed: 1}\n"
-                      << "model: {path: " << (model.empty() ? task_model() : model) << "}\n"
-                      << "tokenizer: {chat_template_name: none}\n"
-                      << "plugins: {paths: [" << GRPO_PLUGIN_BUILD_DIR << "]}\n"
-                      << "verifiers: [exact_match]\n"
-                      << "data: {train: [" << task_dir() << "/train.jsonl], eval: [" << task_dir() << "/eval.jsonl]}\n"
+  std::ofstream(path) << grpo::testing::digit_task_config_head(task_dir(), model.empty() ? task_model() : model,
+                                                               GRPO_PLUGIN_BUILD_DIR, /*with_eval=*/true, run_dir)
                       << "algorithm: {advantage: grpo, policy_loss: ppo_clip, loss_aggregation: token-mean}\n"
                       << "reward: {verification_reward: 1.0, num_threads: 2}\n"
                       << "rollout:\n"

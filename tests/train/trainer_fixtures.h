@@ -75,6 +75,21 @@ inline void write_digit_task(const std::string& dir, int n_train, int n_eval, st
   }
 }
 
+// The configuration keys every run on the digit task shares (YAML, one key per line): seed 1
+// (and run.output_dir when `run_dir` is not empty), the model, no chat template, the plugins of
+// `plugin_dir`, exact_match, the task's train data and, when `with_eval`, its eval split. Callers
+// append their own algorithm / rollout / train / eval keys.
+inline std::string digit_task_config_head(const std::string& task_dir, const std::string& model_dir, const std::string& plugin_dir,
+                                          bool with_eval, const std::string& run_dir = "") {
+  std::string yaml = run_dir.empty() ? "run: {seed: 1}\n" : "run: {output_dir: " + run_dir + ", seed: 1}\n";
+  yaml += "model: {path: " + model_dir + "}\n";
+  yaml += "tokenizer: {chat_template_name: none}\n";
+  yaml += "plugins: {paths: [" + plugin_dir + "]}\n";
+  yaml += "verifiers: [exact_match]\n";
+  yaml += "data: {train: [" + task_dir + "/train.jsonl]" + (with_eval ? ", eval: [" + task_dir + "/eval.jsonl]" : std::string()) + "}\n";
+  return yaml;
+}
+
 // Saves the warm-started task model (with tokenizer files) to `dir`.
 inline void make_digit_task_model(const std::string& dir, std::uint64_t seed, int sft_steps = 60) {
   using namespace grpo::core;
