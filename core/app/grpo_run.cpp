@@ -48,7 +48,7 @@ Examples:
   grpo-run --config configs/exact_match.yaml --set run.seed=2 --print-config
   grpo-run --list-plugins
   grpo-run --config configs/quickstart.yaml --nproc 2       (2 data-parallel ranks on this machine)
-  torchrun --nproc-per-node 2 --no-python grpo-run --config ...   (docs/distributed.md)
+  torchrun --nproc_per_node 2 --no_python grpo-run --config ...   (docs/distributed.md)
 
 Options)";
 
@@ -74,7 +74,7 @@ struct Options {
   bool list_plugins = false;
   bool config_reference = false;
   bool resume = false;
-  int nproc = 0;
+  int nproc = 0;  // 0: not given
 };
 
 void print_plugin_table(const PluginRegistry& registry, std::ostream& os) {
@@ -229,6 +229,7 @@ int grpo_run_main(int argc, char** argv) {
     po::variables_map vm;
     po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
     po::notify(vm);
+    if (vm.count("nproc") && opt.nproc < 1) throw po::error("--nproc takes a number of ranks >= 1, got " + std::to_string(opt.nproc));
   } catch (const po::error& e) {
     std::cerr << "grpo-run: " << e.what() << "\nTry 'grpo-run --help'.\n";
     return kExitUsage;
@@ -246,8 +247,8 @@ int grpo_run_main(int argc, char** argv) {
     std::cerr << "grpo-run: --print-config, --validate, --list-plugins and --config-reference exclude each other\n";
     return kExitUsage;
   }
-  if (opt.nproc < 0 || (opt.nproc > 0 && modes > 0)) {
-    std::cerr << "grpo-run: --nproc takes a number of ranks >= 1 and only applies to training\n";
+  if (opt.nproc > 0 && modes > 0) {
+    std::cerr << "grpo-run: --nproc only applies to training, not to --print-config, --validate, --list-plugins or --config-reference\n";
     return kExitUsage;
   }
   if (opt.nproc > 1) {

@@ -56,15 +56,15 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters, Communicato
   // Hooks on the leaves fire once per backward with the incoming gradient, before autograd
   // accumulates it into .grad (a tied parameter's uses are summed first).
   for (std::size_t k = 0; k < params_.size(); ++k)
-    params_[k].register_hook([this, k](const at::Tensor& grad) {
+    hooks_.push_back(params_[k].register_hook([this, k](const at::Tensor& grad) {
       if (armed_) on_gradient(k, grad);
-    });
+    }));
 }
 
 GradientReducer::~GradientReducer() {
-  // Hooks stay registered on the parameters; disarmed, they do nothing. The pending
-  // operations (if finish() was not reached) are waited for by their destructors.
-  armed_ = false;
+  // A backward after the reducer is gone must not call it. Pending operations (if finish()
+  // was not reached) are waited for by their destructors.
+  for (std::size_t k = 0; k < params_.size(); ++k) params_[k].remove_hook(hooks_[k]);
 }
 
 std::size_t GradientReducer::num_buckets() const { return buckets_.size(); }

@@ -52,6 +52,7 @@ class GradientReducer {
 
   std::vector<at::Tensor> params_;
   Communicator& comm_;
+  std::vector<unsigned> hooks_;  // per parameter; removed by the destructor
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<std::size_t> bucket_of_;   // param -> bucket
   std::vector<std::int64_t> offset_of_;  // param -> offset in its bucket

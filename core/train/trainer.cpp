@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "core/algo/algorithm_settings.h"
+#include "core/config/yaml_loader.h"
 #include "core/dist/gradient_reducer.h"
 #include "core/dist/metric_reduction.h"
 #include "core/dist/process_group.h"
@@ -27,7 +28,6 @@
 #include "core/train/rollout_batch.h"
 #include "core/train/train_state.h"
 #include "core/train/verifier_pool.h"
-#include "core/config/yaml_loader.h"
 #include "grpo/sdk/config_view.h"
 #include "grpo/sdk/torch/advantage.h"
 #include "grpo/sdk/torch/kl_estimator.h"
@@ -960,7 +960,7 @@ void train(const sdk::ConfigValue& config, RuntimeComponents& components, Loaded
                  format_metric(metric_value(m, "objective/scores")),
                  format_metric(metric_value(m, "objective/verifiable_correct_rate")),
                  format_metric(metric_value(m, "loss/policy_avg")), format_metric(metric_value(m, "objective/kl")),
-                 groups.size(), metric_value(m, "time/step"));
+                 global_groups, metric_value(m, "time/step"));
 
     if (state.consecutive_nonfinite >= s.max_nonfinite_steps) {
       save("after non-finite steps");

@@ -24,9 +24,10 @@ using ::testing::Not;
 using Result = grpo::testing::CommandResult;  // output: stdout and stderr
 
 // Runs grpo-run with `args` in `cwd`, without the caller's GRPO_PLUGIN_PATH.
-Result grpo_run(const std::string& args, const fs::path& cwd) {
-  return grpo::testing::run_command("cd '" + cwd.string() + "' && env -u GRPO_PLUGIN_PATH '" GRPO_RUN_BINARY "' " + args +
-                                    " 2>&1");
+// `env_vars`: extra "NAME=VALUE ..." for the process.
+Result grpo_run(const std::string& args, const fs::path& cwd, const std::string& env_vars = "") {
+  return grpo::testing::run_command("cd '" + cwd.string() + "' && env -u GRPO_PLUGIN_PATH " + env_vars + " '" GRPO_RUN_BINARY "' " +
+                                    args + " 2>&1");
 }
 
 class GrpoRunCli : public ::testing::Test {
@@ -61,6 +62,19 @@ TEST_F(GrpoRunCli, UnknownFlagIsUsageError) {
   Result r = grpo_run("--no-such-flag", dir_);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("no-such-flag"));
+}
+
+TEST_F(GrpoRunCli, NprocMisuseIsAUsageError) {
+  Result zero = grpo_run("--nproc 0", dir_);
+  EXPECT_EQ(zero.exit_code, 2) << zero.output;
+  EXPECT_THAT(zero.output, HasSubstr("--nproc takes a number of ranks >= 1, got 0"));
+  Result with_mode = grpo_run("--nproc 2 --validate", dir_);
+  EXPECT_EQ(with_mode.exit_code, 2) << with_mode.output;
+  EXPECT_THAT(with_mode.output, HasSubstr("--nproc only applies to training"));
+  // Under another launcher (its variables set), --nproc would multiply the ranks.
+  Result nested = grpo_run("--nproc 2", dir_, "WORLD_SIZE=2 RANK=0");
+  EXPECT_EQ(nested.exit_code, 2) << nested.output;
+  EXPECT_THAT(nested.output, HasSubstr("cannot run under another launcher"));
 }
 
 TEST_F(GrpoRunCli, ListPluginsShowsExactMatchWithKindVersionAndFile) {
