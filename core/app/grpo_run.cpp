@@ -75,7 +75,29 @@ struct Options {
   bool config_reference = false;
   bool resume = false;
   int nproc = 0;  // 0: not given
+  std::vector<std::string> argv;  // as given (--nproc re-runs it without --nproc)
 };
+
+// --nproc N: N copies of this command line, without --nproc, as local ranks.
+int launch_local_ranks(const Options& opt) {
+  if (std::getenv("GRPO_LOCAL_LAUNCH") || std::getenv("WORLD_SIZE") || std::getenv("OMPI_COMM_WORLD_SIZE"))
+    throw std::invalid_argument("--nproc spawns its own ranks; it cannot run under another launcher (torchrun, mpirun) "
+                                "or inside a --nproc rank");
+  std::vector<std::string> child{std::filesystem::read_symlink("/proc/self/exe").string()};
+  for (std::size_t i = 1; i < opt.argv.size(); ++i) {
+    const std::string& a = opt.argv[i];
+    if (a == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (a.rfind("--nproc=", 0) == 0) continue;
+    child.push_back(a);
+  }
+  dist::LocalLaunchOptions launch;
+  launch.nproc = opt.nproc;
+  spdlog::info("launching {} ranks on this machine", opt.nproc);
+  return dist::launch_local_ranks(child, launch);
+}
 
 void print_plugin_table(const PluginRegistry& registry, std::ostream& os) {
   const auto components = registry.components();
@@ -116,6 +138,8 @@ int run(const Options& opt) {
     }
   }
   fill_rollout_backend_defaults(config);
+  // The configuration was checked once here, not N times in the ranks.
+  if (opt.nproc > 1) return launch_local_ranks(opt);
 
   if (opt.print_config) {
     std::cout << to_yaml(config);
@@ -208,6 +232,7 @@ int run(const Options& opt) {
 
 int grpo_run_main(int argc, char** argv) {
   Options opt;
+  opt.argv.assign(argv, argv + argc);
   po::options_description desc(kUsage);
   bool show_help = false, show_version = false;
   // clang-format off
@@ -250,37 +275,6 @@ int grpo_run_main(int argc, char** argv) {
   if (opt.nproc > 0 && modes > 0) {
     std::cerr << "grpo-run: --nproc only applies to training, not to --print-config, --validate, --list-plugins or --config-reference\n";
     return kExitUsage;
-  }
-  if (opt.nproc > 1) {
-    if (std::getenv("GRPO_LOCAL_LAUNCH") || std::getenv("WORLD_SIZE") || std::getenv("OMPI_COMM_WORLD_SIZE")) {
-      std::cerr << "grpo-run: --nproc spawns its own ranks; it cannot run under another launcher (torchrun, mpirun) "
-                   "or inside a --nproc rank\n";
-      return kExitUsage;
-    }
-    try {
-      // The configuration is checked once here, not N times in the ranks.
-      load_job_config(opt.configs, opt.sets, opt.log_level, opt.resume);
-      std::vector<std::string> child{std::filesystem::read_symlink("/proc/self/exe").string()};
-      for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        if (a == "--nproc") {
-          ++i;
-          continue;
-        }
-        if (a.rfind("--nproc=", 0) == 0) continue;
-        child.push_back(a);
-      }
-      dist::LocalLaunchOptions launch;
-      launch.nproc = opt.nproc;
-      spdlog::info("launching {} ranks on this machine", opt.nproc);
-      return dist::launch_local_ranks(child, launch);
-    } catch (const sdk::ConfigError& e) {
-      spdlog::error("configuration error: {}", e.what());
-      return kExitConfigError;
-    } catch (const std::exception& e) {
-      spdlog::error("{}", e.what());
-      return kExitRuntimeError;
-    }
   }
   try {
     return run(opt);
