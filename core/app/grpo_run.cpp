@@ -183,15 +183,13 @@ int run(const Options& opt) {
   }
 
   // Data parallel: which rank this is (torchrun, Slurm, OpenMPI or --nproc variables).
-  const std::string launcher =
-      sdk::ConfigView(find_config_node(config, {"dist"}), "dist").get_choice("launcher", "auto", {"auto", "torchrun", "slurm", "mpi", "none"});
+  const dist::DistOptions dist_opts = dist::dist_options(config);
   dist::WorldInfo world;
   try {
-    world = dist::discover_world(dist::process_environment(), launcher);
+    world = dist::discover_world(dist::process_environment(), dist_opts.launcher);
   } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(std::string("data-parallel launch (dist.launcher = ") + launcher + "): " + e.what());
+    throw std::runtime_error("data-parallel launch (dist.launcher = " + dist_opts.launcher + "): " + e.what());
   }
-  const dist::DistOptions dist_opts = dist::dist_options(config);
   if (world.distributed()) {
     set_log_rank(world.rank);
     // Each rank computes with its share of the cores unless the launcher chose (torchrun sets

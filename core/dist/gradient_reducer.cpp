@@ -15,7 +15,6 @@ struct GradientReducer::Bucket {
   std::vector<std::size_t> params;   // indices into params_
   std::size_t waiting = 0;           // params whose final gradient is not in yet
   Communicator::Pending pending;
-  bool launched = false;
 };
 
 GradientReducer::GradientReducer(std::vector<at::Tensor> parameters, Communicator& comm, std::int64_t bucket_bytes)
@@ -93,7 +92,6 @@ void GradientReducer::launch_ready() {
     Bucket& b = *buckets_[next_launch_];
     b.pending = comm_.all_reduce_sum_async(b.flat, "gradients (bucket " + std::to_string(next_launch_ + 1) + " of " +
                                                        std::to_string(buckets_.size()) + ")");
-    b.launched = true;
     if (armed_) ++launched_early_;
     ++next_launch_;
   }
@@ -113,15 +111,9 @@ void GradientReducer::fill_from_grad(std::size_t k) {
 }
 
 void GradientReducer::finish() {
-  const bool was_armed = armed_;
   armed_ = false;
-  if (!was_armed) {
-    // No armed backward: every gradient is as it is now.
-    for (auto& b : buckets_) b->waiting = b->params.size();
-    std::fill(ready_.begin(), ready_.end(), false);
-    next_launch_ = 0;
-  }
-  // Parameters the backward did not reach keep their accumulated (or zero) gradient.
+  // Parameters the armed backward did not reach (all of them without one) keep their
+  // accumulated (or zero) gradient.
   for (std::size_t k = 0; k < params_.size(); ++k)
     if (!ready_[k]) fill_from_grad(k);
   launch_ready();
@@ -138,10 +130,7 @@ void GradientReducer::finish() {
       params_[k].mutable_grad() = sum.clone();
   }
   // Ready for the next step.
-  for (auto& b : buckets_) {
-    b->waiting = b->params.size();
-    b->launched = false;
-  }
+  for (auto& b : buckets_) b->waiting = b->params.size();
   std::fill(ready_.begin(), ready_.end(), false);
   next_launch_ = 0;
 }

@@ -70,6 +70,7 @@ Heartbeat parse_heartbeat(const std::string& value) {
 DistOptions dist_options(const sdk::ConfigValue& root) {
   const sdk::ConfigView view(find_config_node(root, {"dist"}), "dist");
   DistOptions o;
+  o.launcher = view.get_choice("launcher", "auto", {"auto", "torchrun", "slurm", "mpi", "none"});
   o.backend = view.get_choice("backend", "auto", {"auto", "gloo", "nccl"});
   auto positive = [&](const char* key, double fallback) {
     const double v = view.get_double(key, fallback);
@@ -222,6 +223,25 @@ struct Communicator::Impl {
     }
     blocked_s += seconds_since(t0);
   }
+  // Starts the collective `launch` returns (a c10d::Work) and waits for it.
+  template <class Launch>
+  void run(const std::string& what, Launch&& launch) {
+    enter(what);
+    c10::intrusive_ptr<c10d::Work> work;
+    try {
+      work = launch();
+    } catch (const std::exception& e) {
+      fail(what, e);
+    }
+    wait(work, what);
+  }
+  double reduce_scalar(double value, c10d::ReduceOp op, const std::string& what) {
+    std::vector<at::Tensor> t{torch::full({1}, value, torch::kFloat64)};
+    c10d::AllreduceOptions o;
+    o.reduceOp = op;
+    run(what, [&] { return group->allreduce(t, o); });
+    return t[0].item<double>();
+  }
 };
 
 struct Communicator::Pending::Impl {
@@ -255,14 +275,7 @@ int Communicator::rank() const { return impl_->group->getRank(); }
 int Communicator::world_size() const { return impl_->group->getSize(); }
 
 void Communicator::all_reduce_sum(std::vector<at::Tensor>& tensors, const std::string& what) {
-  impl_->enter(what);
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = impl_->group->allreduce(tensors, c10d::AllreduceOptions{});
-  } catch (const std::exception& e) {
-    impl_->fail(what, e);
-  }
-  impl_->wait(work, what);
+  impl_->run(what, [&] { return impl_->group->allreduce(tensors, c10d::AllreduceOptions{}); });
 }
 
 Communicator::Pending Communicator::all_reduce_sum_async(at::Tensor& tensor, const std::string& what) {
@@ -282,24 +295,11 @@ Communicator::Pending Communicator::all_reduce_sum_async(at::Tensor& tensor, con
 }
 
 double Communicator::all_reduce_sum(double value, const std::string& what) {
-  std::vector<at::Tensor> t{torch::full({1}, value, torch::kFloat64)};
-  all_reduce_sum(t, what);
-  return t[0].item<double>();
+  return impl_->reduce_scalar(value, c10d::ReduceOp::SUM, what);
 }
 
 double Communicator::all_reduce_max(double value, const std::string& what) {
-  std::vector<at::Tensor> t{torch::full({1}, value, torch::kFloat64)};
-  impl_->enter(what);
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    c10d::AllreduceOptions o;
-    o.reduceOp = c10d::ReduceOp::MAX;
-    work = impl_->group->allreduce(t, o);
-  } catch (const std::exception& e) {
-    impl_->fail(what, e);
-  }
-  impl_->wait(work, what);
-  return t[0].item<double>();
+  return impl_->reduce_scalar(value, c10d::ReduceOp::MAX, what);
 }
 
 std::vector<std::string> Communicator::all_gather_bytes(const std::string& mine, const std::string& what) {
@@ -308,14 +308,7 @@ std::vector<std::string> Communicator::all_gather_bytes(const std::string& mine,
   std::vector<at::Tensor> size_in{torch::full({1}, static_cast<std::int64_t>(mine.size()), torch::kInt64)};
   std::vector<std::vector<at::Tensor>> size_out(1);
   for (int r = 0; r < world; ++r) size_out[0].push_back(torch::empty({1}, torch::kInt64));
-  impl_->enter(what + " (sizes)");
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = impl_->group->allgather(size_out, size_in);
-  } catch (const std::exception& e) {
-    impl_->fail(what, e);
-  }
-  impl_->wait(work, what);
+  impl_->run(what + " (sizes)", [&] { return impl_->group->allgather(size_out, size_in); });
   std::int64_t longest = 1;
   std::vector<std::int64_t> sizes;
   for (const auto& t : size_out[0]) {
@@ -326,13 +319,7 @@ std::vector<std::string> Communicator::all_gather_bytes(const std::string& mine,
   std::copy(mine.begin(), mine.end(), data_in[0].data_ptr<std::uint8_t>());
   std::vector<std::vector<at::Tensor>> data_out(1);
   for (int r = 0; r < world; ++r) data_out[0].push_back(torch::empty({longest}, torch::kUInt8));
-  impl_->enter(what);
-  try {
-    work = impl_->group->allgather(data_out, data_in);
-  } catch (const std::exception& e) {
-    impl_->fail(what, e);
-  }
-  impl_->wait(work, what);
+  impl_->run(what, [&] { return impl_->group->allgather(data_out, data_in); });
   std::vector<std::string> out;
   for (int r = 0; r < world; ++r) {
     const auto* p = data_out[0][static_cast<std::size_t>(r)].data_ptr<std::uint8_t>();
@@ -342,18 +329,11 @@ std::vector<std::string> Communicator::all_gather_bytes(const std::string& mine,
 }
 
 void Communicator::broadcast(std::vector<at::Tensor>& tensors, int root, const std::string& what) {
-  impl_->enter(what);
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
   for (auto& t : tensors) {
     std::vector<at::Tensor> one{t};
-    c10::intrusive_ptr<c10d::Work> work;
-    try {
-      c10d::BroadcastOptions o;
-      o.rootRank = root;
-      work = impl_->group->broadcast(one, o);
-    } catch (const std::exception& e) {
-      impl_->fail(what, e);
-    }
-    impl_->wait(work, what);
+    impl_->run(what, [&] { return impl_->group->broadcast(one, o); });
   }
 }
 

@@ -29,13 +29,14 @@ namespace grpo::core::dist {
 
 // The dist.* configuration keys.
 struct DistOptions {
-  std::string backend = "auto";  // auto | gloo | nccl
+  std::string launcher = "auto";  // auto | torchrun | slurm | mpi | none (see world.h)
+  std::string backend = "auto";   // auto | gloo | nccl
   double timeout_s = 1800.0;     // a collective that waits longer fails (a hung peer)
   double heartbeat_s = 1.0;      // heartbeat period (the lost-rank diagnosis waits ~3 of them)
   double bucket_mb = 25.0;       // gradient all-reduce bucket size
 };
 
-// dist.backend, timeout_s, heartbeat_s, bucket_mb, validated (sdk::ConfigError naming the key).
+// dist.launcher, backend, timeout_s, heartbeat_s, bucket_mb, validated (sdk::ConfigError naming the key).
 DistOptions dist_options(const sdk::ConfigValue& root);
 
 // A peer rank died, hung or failed; what() names it and what it was doing.

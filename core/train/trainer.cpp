@@ -127,6 +127,8 @@ struct RolloutContext {
   dist::Distributed* dist;  // data-parallel: this rank generates its share of every batch
   int rank() const { return dist ? dist->rank() : 0; }
   int world_size() const { return dist ? dist->world_size() : 1; }
+  // Prompts of a step this rank generates (all of them in one process).
+  std::size_t prompt_share() const { return share_of(static_cast<std::size_t>(settings->num_prompts), rank(), world_size()).size(); }
   std::mutex backend_mutex;            // generation + scoring: one user at a time
   std::int64_t backend_version = -1;   // weights the backend holds (-1: as loaded from model.path)
 };
@@ -284,7 +286,7 @@ class RolloutWorker {
       sync_s = seconds_since(t0);
     }
     const sdk::SamplingParams sampling = training_sampling(s);
-    ActiveSamplingBatch active(std::max<std::size_t>(1, share_of(static_cast<std::size_t>(s.num_prompts), ctx_.rank(), ctx_.world_size()).size()));
+    ActiveSamplingBatch active(ctx_.prompt_share());
     std::vector<Group> all_groups;  // for the reward metrics: everything generated this step
     MetricList gen_metrics;
     double generation_s = 0, reward_s = 0;
@@ -842,9 +844,7 @@ void train(const sdk::ConfigValue& config, RuntimeComponents& components, Loaded
     data_parallel.reducer = reducer.get();
     update_components.data_parallel = &data_parallel;
     spdlog::info("data parallel: rank {} of {}, {} of {} prompts per step, gradients in {} bucket(s) of <= {} MB",
-                 distributed->rank(), distributed->world_size(),
-                 share_of(static_cast<std::size_t>(s.num_prompts), distributed->rank(), distributed->world_size()).size(),
-                 s.num_prompts, reducer->num_buckets(), distributed->options().bucket_mb);
+                 distributed->rank(), distributed->world_size(), ctx.prompt_share(), s.num_prompts, reducer->num_buckets(), distributed->options().bucket_mb);
   }
   set_learning_rate(*optimizer, s.optimizer.learning_rate * lr_factor(s.optimizer, state.optimizer_steps, total_optimizer_steps));
   auto after_optimizer_step = [&] {
@@ -945,9 +945,8 @@ void train(const sdk::ConfigValue& config, RuntimeComponents& components, Loaded
     if (distributed) {
       // Over ranks (core/dist/metric_reduction.h), weighted by each rank's share of the prompts.
       m.emplace_back("time/collectives", distributed->train().take_blocked_seconds());
-      const double share = static_cast<double>(
-          share_of(static_cast<std::size_t>(s.num_prompts), distributed->rank(), distributed->world_size()).size());
-      m = dist::reduce_metrics(distributed->train(), m, share, "step metrics (step " + std::to_string(step) + ")");
+      m = dist::reduce_metrics(distributed->train(), m, static_cast<double>(ctx.prompt_share()),
+                               "step metrics (step " + std::to_string(step) + ")");
     }
     const bool last = step == s.steps;
     if (!eval.examples.empty() && (last || (s.eval_every > 0 && step % s.eval_every == 0)))

@@ -41,7 +41,9 @@ std::string write_config(const std::string& dir) {
                       << "  backend: {name: native, max_num_seqs: 64}\n"
                       << "train: {steps: 4, learning_rate: 1.0e-3, pack_length: 64, per_device_train_batch_size: 4,\n"
                       << "        num_mini_batches: 2}\n"
-                      << "eval: {every: 2, max_prompts: 20}\n";
+                      << "eval: {every: 2, max_prompts: 20}\n"
+                      // A broken run (mismatched collectives) fails within this, not the 30-minute default.
+                      << "dist: {timeout_s: 60}\n";
   return path;
 }
 
@@ -84,7 +86,6 @@ void expect_same_rollouts(const std::string& one, const std::string& two) {
 TEST(DataParallel, TwoGlooRanksTrainTheSameWeightsAsOneProcess) {
   const std::string dir = fresh_test_dir("dist");
   const std::string config = write_config(dir);
-  int code = 0;
   auto one = run_command(grpo_run() + " --config " + config + " --set run.output_dir=" + dir + "/one 2>&1");
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const std::string final_step = "/checkpoints/step_000004";
@@ -101,8 +102,7 @@ TEST(DataParallel, TwoGlooRanksTrainTheSameWeightsAsOneProcess) {
 
   // grpo-run --nproc 2.
   auto nproc = run_command(grpo_run() + " --config " + config + " --set run.output_dir=" + dir + "/nproc --nproc 2 2>&1");
-  code = nproc.exit_code;
-  ASSERT_EQ(code, 0) << nproc.output;
+  ASSERT_EQ(nproc.exit_code, 0) << nproc.output;
   EXPECT_LT(max_weight_difference(dir + "/one" + final_step, dir + "/nproc" + final_step), 1e-5);
   expect_same_rollouts(dir + "/one", dir + "/nproc");
   // Rank 0 alone writes the run directory's outputs.
