@@ -1,4 +1,5 @@
-// grpo-plot: a run's training curves as a PNG. A thin main over core/app/.
-#include "core/app/grpo_plot.h"
+// grpo-plot: a run's training curves as a PNG. A thin main over grpo_plot.cpp (the grpo_cli
+// library).
+#include "apps/grpo-plot/grpo_plot.h"
 
-int main(int argc, char** argv) { return grpo::core::grpo_plot_main(argc, argv); }
+int main(int argc, char** argv) { return grpo::cli::grpo_plot_main(argc, argv); }

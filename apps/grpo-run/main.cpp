@@ -1,4 +1,4 @@
-// grpo-run: train a policy with GRPO. A thin main over the core library (core/app/).
-#include "core/app/grpo_run.h"
+// grpo-run: train a policy with GRPO. A thin main over grpo_run.cpp (the grpo_cli library).
+#include "apps/grpo-run/grpo_run.h"
 
-int main(int argc, char** argv) { return grpo::core::grpo_run_main(argc, argv); }
+int main(int argc, char** argv) { return grpo::cli::grpo_run_main(argc, argv); }

@@ -1,5 +1,5 @@
-// grpo-sft: supervised warm start (cross-entropy on completion tokens). A thin main over the
-// core library (core/app/).
-#include "core/app/grpo_sft.h"
+// grpo-sft: supervised warm start (cross-entropy on completion tokens). A thin main over
+// grpo_sft.cpp (the grpo_cli library).
+#include "apps/grpo-sft/grpo_sft.h"
 
-int main(int argc, char** argv) { return grpo::core::grpo_sft_main(argc, argv); }
+int main(int argc, char** argv) { return grpo::cli::grpo_sft_main(argc, argv); }

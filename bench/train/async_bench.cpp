@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/app/grpo_run.h"
+#include "apps/grpo-run/grpo_run.h"
 #include "tests/train/trainer_fixtures.h"
 
 namespace {
@@ -35,7 +35,7 @@ RunFigures run(const std::string& dir, const std::string& config, int async_step
                                    "--log-level", "warn"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
-  if (grpo::core::grpo_run_main(static_cast<int>(argv.size()), argv.data()) != 0) {
+  if (grpo::cli::grpo_run_main(static_cast<int>(argv.size()), argv.data()) != 0) {
     std::fprintf(stderr, "grpo-run failed (async_steps %d); see %s/run.log\n", async_steps, run_dir.c_str());
     std::exit(1);
   }

@@ -3,7 +3,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "core/runtime/components.h"
+#include "core/config/config_access.h"
 #include "grpo/sdk/config_view.h"
 
 namespace grpo::core {
@@ -11,8 +11,9 @@ namespace grpo::core {
 AlgorithmSettings algorithm_settings(const sdk::ConfigValue& root) {
   AlgorithmSettings s;
   const sdk::ConfigView algorithm(find_config_node(root, {"algorithm"}), "algorithm");
-  s.kl.kl_coef = algorithm.get_double("kl_coef", 0.0);
-  s.kl.kl_in_reward = algorithm.get_bool("kl_in_reward", false);
+  // Fallbacks: the member defaults (a validated configuration holds every key).
+  s.kl.kl_coef = algorithm.get_double("kl_coef", s.kl.kl_coef);
+  s.kl.kl_in_reward = algorithm.get_bool("kl_in_reward", s.kl.kl_in_reward);
   const sdk::ConfigValue* coef_node = find_config_node(root, {"algorithm", "kl_coef"});
   try {
     validate(s.kl);
@@ -27,7 +28,7 @@ AlgorithmSettings algorithm_settings(const sdk::ConfigValue& root) {
 
   const sdk::ConfigValue* aggregation_node = find_config_node(root, {"algorithm", "loss_aggregation"});
   try {
-    s.loss_aggregation = parse_loss_aggregation(algorithm.get_string("loss_aggregation", "token-mean"));
+    s.loss_aggregation = parse_loss_aggregation(algorithm.get_string("loss_aggregation", to_string(s.loss_aggregation)));
   } catch (const std::invalid_argument& e) {
     fail_at_key(aggregation_node, "algorithm.loss_aggregation", e.what());
   }
@@ -35,8 +36,8 @@ AlgorithmSettings algorithm_settings(const sdk::ConfigValue& root) {
   const sdk::ConfigView mismatch = algorithm.child("mismatch_correction");
   const sdk::ConfigValue* mismatch_node = find_config_node(root, {"algorithm", "mismatch_correction"});
   try {
-    s.mismatch.mode = parse_mismatch_mode(mismatch.get_string("mode", "none"));
-    s.mismatch.sequence_reduction = parse_sequence_reduction(mismatch.get_string("sequence_reduction", "sum"));
+    s.mismatch.mode = parse_mismatch_mode(mismatch.get_string("mode", to_string(s.mismatch.mode)));
+    s.mismatch.sequence_reduction = parse_sequence_reduction(mismatch.get_string("sequence_reduction", to_string(s.mismatch.sequence_reduction)));
     s.mismatch.max = mismatch.get_double("max", s.mismatch.max);
     s.mismatch.min = mismatch.get_double("min", s.mismatch.min);
     s.mismatch.log_ratio_clamp = mismatch.get_double("log_ratio_clamp", s.mismatch.log_ratio_clamp);

@@ -109,6 +109,17 @@ const std::vector<ConfigKeySpec>& config_schema() {
     {"dist.timeout_s",         ConfigType::kNumber,        "1800",          "A collective (or the rendezvous) that waits longer than this for a peer fails, naming the lost rank; keep it above the longest gap between steps (evaluation, a checkpoint save).", {}},
     {"dist.heartbeat_s",       ConfigType::kNumber,        "1.0",           "Period of each rank's heartbeat in the rendezvous store; a failed collective waits about 3 of them to tell which rank is lost.", {}},
     {"dist.bucket_mb",         ConfigType::kNumber,        "25",            "Gradient all-reduce bucket size in MiB; buckets are launched while backward still runs.", {}},
+    {"generate.n",             ConfigType::kInt,           "1",             "`grpo-generate`: completions per prompt (`--n`). grpo-generate reads only the `generate:` block of its `--config` file; its flags override the block.", {}},
+    {"generate.temperature",   ConfigType::kNumber,        "1.0",           "`grpo-generate`: sampling temperature; 0 = greedy (`--temperature`).", {}},
+    {"generate.top_p",         ConfigType::kNumber,        "1.0",           "`grpo-generate`: nucleus sampling bound in (0, 1]; 1 = off (`--top-p`).", {}},
+    {"generate.top_k",         ConfigType::kInt,           "-1",            "`grpo-generate`: keep the k most likely tokens; -1 = off (`--top-k`).", {}},
+    {"generate.min_p",         ConfigType::kNumber,        "0.0",           "`grpo-generate`: drop tokens less likely than min_p x the most likely one, in [0, 1]; 0 = off (`--min-p`).", {}},
+    {"generate.max_new_tokens", ConfigType::kInt,          "256",           "`grpo-generate`: completion length limit in tokens (`--max-new-tokens`).", {}},
+    {"generate.seed",          ConfigType::kInt,           "0",             "`grpo-generate`: random seed >= 0; prompt i (0-based, input order) samples with seed + i (`--seed`).", {}},
+    {"generate.stop",          ConfigType::kStringList,    "[]",            "`grpo-generate`: stop strings; a completion ends at one, which is cut from its text (`--stop`).", {}},
+    {"generate.stop_token_ids", ConfigType::kIntList,      "[]",            "`grpo-generate`: stop token ids; a completion ends with one, which is kept (`--stop-token-id`).", {}},
+    {"generate.chat_template", ConfigType::kEnum,          "chatml",        "`grpo-generate`: chat template the prompts are rendered with; `none` tokenizes a prompt as written (`--chat-template`).", chat_template_names()},
+    {"generate.backend",       ConfigType::kComponent,     "null",          "`grpo-generate`: rollout backend component and its options, e.g. `{name: native, max_num_seqs: 16}`; null = `native` (`--backend`, `--backend-option`).", {}},
   };
   return schema;
 }
@@ -254,6 +265,18 @@ void check_value(const ConfigKeySpec& spec, const ConfigValue& v, const std::str
                "expected a string, got " + sdk::detail::describe_value(item));
       }
       return;
+    case ConfigType::kIntList: {
+      auto check_int = [](const ConfigValue& item, const std::string& item_path) {
+        std::int64_t i = 0;
+        if (!item.is_scalar() || !sdk::detail::parse_int(item.scalar(), &i))
+          fail(item.location(), item_path, "expected an integer, got " + sdk::detail::describe_value(item));
+      };
+      if (v.is_null()) return;
+      if (v.is_scalar()) return check_int(v, path);
+      if (!v.is_sequence()) fail(v.location(), path, "expected a list of integers, got " + got);
+      for (std::size_t i = 0; i < v.items().size(); ++i) check_int(v.items()[i], path + "[" + std::to_string(i) + "]");
+      return;
+    }
     case ConfigType::kComponent:
       check_component(v, path, false);
       return;
@@ -335,6 +358,7 @@ const char* config_type_name(ConfigType type) {
     case ConfigType::kString: return "string";
     case ConfigType::kEnum: return "enum";
     case ConfigType::kStringList: return "list of strings";
+    case ConfigType::kIntList: return "list of integers";
     case ConfigType::kComponent: return "component";
     case ConfigType::kComponentList: return "list of components";
     case ConfigType::kDataSources: return "list of data sources";
@@ -397,6 +421,11 @@ void validate_config(const sdk::ConfigValue& root) {
   validate_section(root, "");
 }
 
+void validate_config_section(const sdk::ConfigValue& node, const std::string& section) {
+  if (!node.is_map()) fail(node.location(), section, "expected a map, got " + sdk::detail::describe_value(node));
+  validate_section(node, section);
+}
+
 void normalize_config(sdk::ConfigValue& root) {
   for (const auto& spec : config_schema()) {
     ConfigValue* v = find_path(root, spec.path);
@@ -421,6 +450,7 @@ void normalize_config(sdk::ConfigValue& root) {
             }
         break;
       case ConfigType::kStringList:
+      case ConfigType::kIntList:
         if (v->is_null()) {
           *v = ConfigValue::make_sequence(v->location());
         } else if (v->is_scalar()) {
@@ -473,6 +503,7 @@ std::string config_reference_markdown() {
         "- **int**: a decimal integer. **number**: an integer or decimal (`1e-6`, `.inf`).\n"
         "- **string**: any scalar; quote it (`\"007\"`) to keep YAML from reading it as something else.\n"
         "- **list of strings**: `[a, b]` or a block list; a single string counts as a one-element list.\n"
+        "- **list of integers**: `[1, 2]` or a block list; a single integer counts as a one-element list.\n"
         "- `null` (or an empty value) means \"none\" for lists and components; it is not accepted\n"
         "  for the other types.\n";
 

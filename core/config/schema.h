@@ -24,6 +24,7 @@ enum class ConfigType {
   kString,
   kEnum,           // a string from `choices`
   kStringList,     // a list of strings (a single string is accepted as a one-element list)
+  kIntList,        // a list of integers (a single integer is accepted as a one-element list)
   kComponent,      // null | "name" | {name: X, ...options}
   kComponentList,  // a list of component nodes; verifier entries may carry `weight`
   kDataSources,    // a list of data files: "path" or {path, weight | count}
@@ -40,7 +41,8 @@ struct ConfigKeySpec {
 // Every key of the runtime, in documentation order.
 const std::vector<ConfigKeySpec>& config_schema();
 
-// "bool", "int", "number", "string", "enum", "list of strings", "component", "list of components".
+// "bool", "int", "number", "string", "enum", "list of strings", "list of integers", "component",
+// "list of components".
 const char* config_type_name(ConfigType type);
 
 // Weight of a verifier entry without `weight`.
@@ -64,6 +66,12 @@ void relocate(sdk::ConfigValue& v, const sdk::SourceLocation& loc);
 // Accepts the short spellings normalize_config rewrites. Null is accepted for lists (meaning
 // empty) and components (meaning none), not for other types.
 void validate_config(const sdk::ConfigValue& root);
+
+// validate_config for one top-level section alone: `node` is the value of the key `section`
+// (e.g. grpo-generate's `generate:` block, whose file's other top-level keys are not read).
+// Throws sdk::ConfigError as validate_config does: "FILE:LINE:COL: unknown key
+// 'generate.temprature' (did you mean 'generate.temperature'?)".
+void validate_config_section(const sdk::ConfigValue& node, const std::string& section);
 
 // What the schema says about the node at `path` ("" is the root; list items are written
 // "verifiers[0]"). Used to merge layers: sections merge, component nodes merge unless they

@@ -14,7 +14,7 @@
 #include <random>
 #include <utility>
 
-#include "core/runtime/components.h"
+#include "core/config/config_access.h"
 #include "core/util/json_limits.h"
 #include "core/util/strings.h"
 #include "grpo/sdk/config_view.h"
@@ -579,13 +579,14 @@ DataOptions data_options(const sdk::ConfigValue& root) {
   DataOptions o;
   o.train = data_sources(root, "train");
   o.eval = data_sources(root, "eval");
-  o.format = parse_format(view.get_choice("format", "auto", {"auto", "open_instruct", "trl", "verl"}));
-  o.prompt_column = view.get_string("prompt_column", "");
-  o.ground_truth_column = view.get_string("ground_truth_column", "");
-  o.dataset_column = view.get_string("dataset_column", "");
-  o.completion_column = view.get_string("completion_column", "");
-  o.skip_bad_rows = view.get_bool("skip_bad_rows", false);
-  o.shuffle = view.get_bool("shuffle", true);
+  // Fallbacks: the member defaults (a validated configuration holds every key).
+  o.format = parse_format(view.get_choice("format", data_format_name(o.format), {"auto", "open_instruct", "trl", "verl"}));
+  o.prompt_column = view.get_string("prompt_column", o.prompt_column);
+  o.ground_truth_column = view.get_string("ground_truth_column", o.ground_truth_column);
+  o.dataset_column = view.get_string("dataset_column", o.dataset_column);
+  o.completion_column = view.get_string("completion_column", o.completion_column);
+  o.skip_bad_rows = view.get_bool("skip_bad_rows", o.skip_bad_rows);
+  o.shuffle = view.get_bool("shuffle", o.shuffle);
   return o;
 }
 

@@ -19,7 +19,7 @@
 #include <sstream>
 #include <thread>
 
-#include "core/runtime/components.h"
+#include "core/config/config_access.h"
 #include "grpo/sdk/config_view.h"
 
 namespace grpo::core::dist {

@@ -192,11 +192,13 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, int64_t layer_index)
       num_kv_heads_(c.num_key_value_heads),
       head_dim_(c.head_dim),
       scaling_(1.0 / std::sqrt(static_cast<double>(c.head_dim))) {
-  using torch::nn::LinearOptions;
-  q_proj = register_module("q_proj", torch::nn::Linear(LinearOptions(c.hidden_size, num_heads_ * head_dim_).bias(c.qkv_bias)));
-  k_proj = register_module("k_proj", torch::nn::Linear(LinearOptions(c.hidden_size, num_kv_heads_ * head_dim_).bias(c.qkv_bias)));
-  v_proj = register_module("v_proj", torch::nn::Linear(LinearOptions(c.hidden_size, num_kv_heads_ * head_dim_).bias(c.qkv_bias)));
-  o_proj = register_module("o_proj", torch::nn::Linear(LinearOptions(num_heads_ * head_dim_, c.hidden_size).bias(c.o_proj_bias)));
+  auto projection = [&](ProjectionRole role, int64_t in, int64_t out, bool bias) {
+    return register_module(projection_name(role), make_projection({role, layer_index, in, out, bias}));
+  };
+  q_proj = projection(ProjectionRole::kQuery, c.hidden_size, num_heads_ * head_dim_, c.qkv_bias);
+  k_proj = projection(ProjectionRole::kKey, c.hidden_size, num_kv_heads_ * head_dim_, c.qkv_bias);
+  v_proj = projection(ProjectionRole::kValue, c.hidden_size, num_kv_heads_ * head_dim_, c.qkv_bias);
+  o_proj = projection(ProjectionRole::kOutput, num_heads_ * head_dim_, c.hidden_size, c.o_proj_bias);
   if (c.qk_norm) {
     q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
     k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
@@ -265,11 +267,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   return o_proj(out.transpose(1, 2).reshape({B, T, num_heads_ * head_dim_}));
 }
 
-MLPImpl::MLPImpl(const ModelConfig& c) {
-  using torch::nn::LinearOptions;
-  gate_proj = register_module("gate_proj", torch::nn::Linear(LinearOptions(c.hidden_size, c.intermediate_size).bias(c.mlp_bias)));
-  up_proj = register_module("up_proj", torch::nn::Linear(LinearOptions(c.hidden_size, c.intermediate_size).bias(c.mlp_bias)));
-  down_proj = register_module("down_proj", torch::nn::Linear(LinearOptions(c.intermediate_size, c.hidden_size).bias(c.mlp_bias)));
+MLPImpl::MLPImpl(const ModelConfig& c, int64_t layer_index) {
+  auto projection = [&](ProjectionRole role, int64_t in, int64_t out) {
+    return register_module(projection_name(role), make_projection({role, layer_index, in, out, c.mlp_bias}));
+  };
+  gate_proj = projection(ProjectionRole::kGate, c.hidden_size, c.intermediate_size);
+  up_proj = projection(ProjectionRole::kUp, c.hidden_size, c.intermediate_size);
+  down_proj = projection(ProjectionRole::kDown, c.intermediate_size, c.hidden_size);
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
@@ -278,7 +282,7 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer_index) {
   self_attn = register_module("self_attn", Attention(c, layer_index));
-  mlp = register_module("mlp", MLP(c));
+  mlp = register_module("mlp", MLP(c, layer_index));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
@@ -299,7 +303,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& c) {
 CausalLMImpl::CausalLMImpl(ModelConfig config) : config_(std::move(config)), rotary_(config_) {
   model = register_module("model", Decoder(config_));
   if (!config_.tie_word_embeddings)
-    lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
+    lm_head = register_module("lm_head", make_projection({ProjectionRole::kLmHead, -1, config_.hidden_size, config_.vocab_size, false}));
 }
 
 torch::Tensor CausalLMImpl::lm_head_weight() const {

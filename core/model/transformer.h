@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/model/model_config.h"
+#include "core/model/projection.h"
 
 namespace grpo::core {
 
@@ -145,7 +146,7 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const AttentionLayout& layout, KVCache* cache, const SlotStep* slots = nullptr);
 
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only
 
  private:
@@ -157,9 +158,9 @@ TORCH_MODULE(Attention);
 
 class MLPImpl : public torch::nn::Module {
  public:
-  explicit MLPImpl(const ModelConfig& config);
+  MLPImpl(const ModelConfig& config, int64_t layer_index);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(MLP);
 
@@ -217,7 +218,7 @@ class CausalLMImpl : public torch::nn::Module {
   void init_weights(double std, uint64_t seed);
 
   Decoder model{nullptr};
-  torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
+  Projection lm_head{nullptr};  // null when tie_word_embeddings
 
  private:
   ModelConfig config_;

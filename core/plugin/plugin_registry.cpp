@@ -10,7 +10,7 @@
 #include <set>
 #include <spdlog/spdlog.h>
 
-#include "core/runtime/logging.h"
+#include "core/plugin/plugin_log.h"
 #include "core/util/strings.h"
 
 namespace grpo::core {

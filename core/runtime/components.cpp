@@ -3,23 +3,12 @@
 #include <filesystem>
 
 #include "grpo/sdk/config_view.h"
+#include "grpo/sdk/torch/advantage.h"
+#include "grpo/sdk/torch/kl_estimator.h"
+#include "grpo/sdk/torch/policy_loss.h"
+#include "grpo/sdk/torch/rollout_backend.h"
 
 namespace grpo::core {
-
-void fail_at_key(const sdk::ConfigValue* node, const std::string& key, const std::string& message) {
-  if (node) sdk::ConfigView::fail_at(*node, key, message);
-  throw sdk::ConfigError(key + ": " + message);
-}
-
-const sdk::ConfigValue* find_config_node(const sdk::ConfigValue& root, std::initializer_list<const char*> keys) {
-  const sdk::ConfigValue* node = &root;
-  for (const char* k : keys) {
-    if (!node->is_map()) return nullptr;
-    node = node->find(k);
-    if (!node) return nullptr;
-  }
-  return node;
-}
 
 namespace {
 
@@ -27,24 +16,29 @@ std::vector<std::string> string_list(const sdk::ConfigValue& root, const char* s
   return sdk::ConfigView(find_config_node(root, {section}), section).get_string_list(key, {});
 }
 
-// The component slots besides verifiers, in construction order.
-struct Slot {
-  const char* section;
-  const char* key;
-  sdk::ComponentKind kind;
-};
-constexpr Slot kSlots[] = {
-    {"rollout", "backend", sdk::ComponentKind::kRolloutBackend},
-    {"algorithm", "advantage", sdk::ComponentKind::kAdvantage},
-    {"algorithm", "policy_loss", sdk::ComponentKind::kPolicyLoss},
-    {"algorithm", "kl_estimator", sdk::ComponentKind::kKlEstimator},
-};
+// Constructs the component at section.key into `slot` when the config names one.
+template <class Interface>
+void create_slot(PluginRegistry& registry, const sdk::ConfigValue& root, const char* section, const char* key,
+                 ComponentSlot<Interface>& slot) {
+  const sdk::ConfigValue* node = find_config_node(root, {section, key});
+  if (!node || node->is_null()) return;
+  slot.key_path = std::string(section) + "." + key;
+  slot.name = component_name(*node, slot.key_path);
+  slot.object = registry.create<Interface>(slot.name, node->is_map() ? node : nullptr, slot.key_path);
+}
 
 }  // namespace
 
-std::string component_name(const sdk::ConfigValue& node, const std::string& key_path) {
-  if (node.is_scalar()) return node.scalar();
-  return sdk::ConfigView(&node, key_path).require_string("name");
+std::vector<std::string> RuntimeComponents::configured_slots() const {
+  std::vector<std::string> out;
+  auto add = [&](const auto& slot) {
+    if (slot) out.push_back(slot.key_path + "=" + slot.name);
+  };
+  add(rollout_backend);
+  add(advantage);
+  add(policy_loss);
+  add(kl_estimator);
+  return out;
 }
 
 PluginSearchPath plugin_search_path(const sdk::ConfigValue& root, const std::vector<std::string>& config_files) {
@@ -55,19 +49,6 @@ PluginSearchPath plugin_search_path(const sdk::ConfigValue& root, const std::vec
     sp.config_dirs.push_back(dir.empty() ? "." : dir.string());
   }
   return sp;
-}
-
-void fail_at_config_key(const sdk::ConfigValue& root, std::initializer_list<const char*> keys, const std::string& message) {
-  std::string path;
-  for (const char* k : keys) path += (path.empty() ? "" : ".") + std::string(k);
-  fail_at_key(find_config_node(root, keys), path, message);
-}
-
-std::int64_t int_at_least(const sdk::ConfigValue& root, const char* section, const char* key, std::int64_t value,
-                          std::int64_t min) {
-  if (value < min)
-    fail_at_config_key(root, {section, key}, "expected an integer >= " + std::to_string(min) + ", got " + std::to_string(value));
-  return value;
 }
 
 void fill_rollout_backend_defaults(sdk::ConfigValue& root) {
@@ -122,16 +103,11 @@ RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigV
       out.verifiers.push_back(std::move(slot));
     }
   }
-  for (const Slot& s : kSlots) {
-    const sdk::ConfigValue* node = find_config_node(root, {s.section, s.key});
-    if (!node || node->is_null()) continue;
-    ConfiguredComponent c;
-    c.key_path = std::string(s.section) + "." + s.key;
-    c.kind = s.kind;
-    c.name = component_name(*node, c.key_path);
-    c.object = registry.create(s.kind, c.name, node->is_map() ? node : nullptr, c.key_path);
-    out.others.push_back(std::move(c));
-  }
+  // Construction order: the backend first (it loads the model), then the algorithm.
+  create_slot(registry, root, "rollout", "backend", out.rollout_backend);
+  create_slot(registry, root, "algorithm", "advantage", out.advantage);
+  create_slot(registry, root, "algorithm", "policy_loss", out.policy_loss);
+  create_slot(registry, root, "algorithm", "kl_estimator", out.kl_estimator);
   return out;
 }
 

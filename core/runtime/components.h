@@ -3,13 +3,11 @@
 // and by the trainer, so that a config that validates is a config that runs.
 #pragma once
 
-#include <cstdint>
-
-#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/config/config_access.h"
 #include "core/plugin/plugin_registry.h"
 #include "grpo/sdk/config_value.h"
 #include "grpo/sdk/verifier.h"
@@ -23,18 +21,31 @@ struct VerifierSlot {
   std::shared_ptr<sdk::Verifier> verifier;
 };
 
-// Torch-side components are held type-erased here so that this header stays torch-free;
-// the trainer casts them with std::static_pointer_cast<sdk::PolicyLoss> etc.
-struct ConfiguredComponent {
-  std::string name;
-  std::string key_path;
-  sdk::ComponentKind kind;
-  std::shared_ptr<void> object;  // null when the slot is not configured
+// One configured component: what the config named, where, and the object (null when the slot
+// is not configured). The object is the registry's shared_ptr, which keeps its plugin
+// library mapped. Torch-side interfaces are only forward-declared here (grpo/sdk/plugin.h),
+// so this header stays torch-free; callers that use the object include its SDK header.
+template <class Interface>
+struct ComponentSlot {
+  std::string name;      // as written in the config ("grpo", "my_plugin/loss")
+  std::string key_path;  // "algorithm.advantage"
+  std::shared_ptr<Interface> object;
+
+  explicit operator bool() const { return object != nullptr; }
+  Interface& operator*() const { return *object; }
+  Interface* operator->() const { return object.get(); }
+  Interface* get() const { return object.get(); }
 };
 
 struct RuntimeComponents {
   std::vector<VerifierSlot> verifiers;
-  std::vector<ConfiguredComponent> others;  // advantage, policy_loss, kl_estimator, rollout backend
+  ComponentSlot<sdk::RolloutBackend> rollout_backend;  // rollout.backend
+  ComponentSlot<sdk::AdvantageEstimator> advantage;    // algorithm.advantage
+  ComponentSlot<sdk::PolicyLoss> policy_loss;          // algorithm.policy_loss
+  ComponentSlot<sdk::KlEstimator> kl_estimator;        // algorithm.kl_estimator
+
+  // "key_path=name" of every configured slot besides the verifiers, in construction order.
+  std::vector<std::string> configured_slots() const;
 };
 
 // The search path a config implies: plugins.paths, the --config files' folders,
@@ -53,24 +64,5 @@ void fill_rollout_backend_defaults(sdk::ConfigValue& root);
 
 // Constructs every configured component. Throws PluginError or sdk::ConfigError.
 RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigValue& root);
-
-// The node at root.k1.k2..., or nullptr when a key is missing or a parent is not a map.
-const sdk::ConfigValue* find_config_node(const sdk::ConfigValue& root, std::initializer_list<const char*> keys);
-
-// Throws sdk::ConfigError "<node's file:line:col>: <key>: <message>" (without a location when
-// `node` is null): errors about a value found by find_config_node.
-[[noreturn]] void fail_at_key(const sdk::ConfigValue* node, const std::string& key, const std::string& message);
-
-// `value`, the integer key section.key of `root`, when it is >= min; else a ConfigError naming
-// the key: "expected an integer >= MIN, got VALUE".
-std::int64_t int_at_least(const sdk::ConfigValue& root, const char* section, const char* key, std::int64_t value,
-                          std::int64_t min);
-
-// fail_at_key for the key path {"train", "pack_length"} of `root` ("train.pack_length").
-[[noreturn]] void fail_at_config_key(const sdk::ConfigValue& root, std::initializer_list<const char*> keys,
-                                     const std::string& message);
-
-// The component name of a component node: the string itself, or its `name` key.
-std::string component_name(const sdk::ConfigValue& node, const std::string& key_path);
 
 }  // namespace grpo::core

@@ -1,5 +1,5 @@
 // Logging set-up: spdlog to the console (stderr) and, once a run directory exists, to a
-// log file in it. Plugins log through host_log_callback (see grpo/sdk/log.h).
+// log file in it. Plugins log through the same logger (core/plugin/plugin_log.h).
 #pragma once
 
 #include <string>
@@ -16,8 +16,5 @@ void set_log_rank(int rank);
 
 // Adds a file sink (appending) at the same level. Throws std::runtime_error naming the path.
 void add_log_file(const std::string& path);
-
-// The callback handed to plugins in sdk::HostInfo.
-extern "C" void host_log_callback(int level, const char* plugin, const char* message);
 
 }  // namespace grpo::core

@@ -4,8 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/runtime/components.h"
-#include "core/train/train_state.h"
+#include "core/config/config_access.h"
+#include "core/model/checkpoint_dirs.h"
 #include "grpo/sdk/config_view.h"
 
 namespace grpo::core {

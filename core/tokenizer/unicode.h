@@ -1,9 +1,12 @@
-// UTF-8 and GPT-2 byte-level helpers used by the tokenizer (no dependencies).
+// GPT-2 byte-level helpers used by the tokenizer, and the UTF-8 codec it uses (the SDK's,
+// grpo/sdk/utf8.h: torch-free, header-only).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "grpo/sdk/utf8.h"
 
 namespace grpo::core::unicode {
 
@@ -19,18 +22,15 @@ const std::string& byte_to_unicode(unsigned char b);
 // `out` unspecified) when a character is not in the byte-level alphabet.
 bool byte_level_decode(std::string_view token, std::string& out);
 
-// Offset of the first byte that is not part of well-formed UTF-8, or npos.
-std::size_t first_invalid_utf8(std::string_view s);
+// UTF-8 (grpo/sdk/utf8.h): well-formed per Unicode table 3-7, each maximal ill-formed
+// subsequence read as U+FFFD (what Rust's String::from_utf8_lossy and Hugging Face's decode do).
+using ::grpo::sdk::append_utf8;
+using ::grpo::sdk::first_invalid_utf8;
+using ::grpo::sdk::to_valid_utf8;
 
-// `s` with every maximal ill-formed subsequence replaced by U+FFFD (what Rust's
-// String::from_utf8_lossy and Hugging Face's decode do).
-std::string to_valid_utf8(std::string_view s);
-
-// Decodes the code point at `pos` of well-formed UTF-8 (U+FFFD on malformed input); its length
-// in bytes goes to *len when given.
-std::uint32_t decode_at(std::string_view s, std::size_t pos, std::size_t* len = nullptr);
-
-// Appends the UTF-8 encoding of `cp`.
-void append_utf8(std::string& out, std::uint32_t cp);
+// The code point at `pos` (U+FFFD on malformed input); its length in bytes goes to *len.
+inline std::uint32_t decode_at(std::string_view s, std::size_t pos, std::size_t* len = nullptr) {
+  return ::grpo::sdk::decode_utf8_at(s, pos, len);
+}
 
 }  // namespace grpo::core::unicode

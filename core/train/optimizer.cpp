@@ -4,10 +4,23 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "core/runtime/components.h"
+#include "core/config/config_access.h"
 #include "grpo/sdk/config_view.h"
 
 namespace grpo::core {
+
+namespace {
+
+const char* lr_schedule_name(LrSchedule schedule) {
+  switch (schedule) {
+    case LrSchedule::kLinear: return "linear";
+    case LrSchedule::kCosine: return "cosine";
+    case LrSchedule::kConstant: break;
+  }
+  return "constant";
+}
+
+}  // namespace
 
 OptimizerSettings optimizer_settings(const sdk::ConfigValue& root) {
   OptimizerSettings s;
@@ -19,15 +32,15 @@ OptimizerSettings optimizer_settings(const sdk::ConfigValue& root) {
     return v;
   };
   s.learning_rate = positive("learning_rate", train.get_double("learning_rate", s.learning_rate), true);
-  const std::string schedule = train.get_choice("lr_schedule", "constant", {"constant", "linear", "cosine"});
+  const std::string schedule = train.get_choice("lr_schedule", lr_schedule_name(s.schedule), {"constant", "linear", "cosine"});
   s.schedule = schedule == "linear" ? LrSchedule::kLinear : schedule == "cosine" ? LrSchedule::kCosine : LrSchedule::kConstant;
-  s.warmup_steps = train.get_int("warmup_steps", 0);
+  s.warmup_steps = train.get_int("warmup_steps", s.warmup_steps);
   if (s.warmup_steps < 0)
     fail_at_key(find_config_node(root, {"train", "warmup_steps"}), "train.warmup_steps", "expected an integer >= 0");
-  s.min_lr_ratio = train.get_double("min_lr_ratio", 0.0);
+  s.min_lr_ratio = train.get_double("min_lr_ratio", s.min_lr_ratio);
   if (!(s.min_lr_ratio >= 0.0 && s.min_lr_ratio <= 1.0))
     fail_at_key(find_config_node(root, {"train", "min_lr_ratio"}), "train.min_lr_ratio", "expected a number in [0, 1]");
-  s.weight_decay = positive("weight_decay", train.get_double("weight_decay", 0.0), true);
+  s.weight_decay = positive("weight_decay", train.get_double("weight_decay", s.weight_decay), true);
   s.beta1 = train.get_double("adam_beta1", s.beta1);
   s.beta2 = train.get_double("adam_beta2", s.beta2);
   for (const auto& [key, v] : {std::pair<const char*, double>{"adam_beta1", s.beta1}, {"adam_beta2", s.beta2}})
@@ -77,7 +90,7 @@ double clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm) {
   std::vector<torch::Tensor> norms;
   norms.reserve(grads.size());
   for (const auto& g : grads) norms.push_back(g.detach().to(torch::kDouble).norm(2));
-  const double norm = torch::stack(norms).norm(2).to(torch::kCPU).item<double>();
+  const double norm = torch::stack(norms).norm(2).to(torch::kCPU).item<double>();  // read back on the host
   if (std::isfinite(norm) && max_norm > 0.0 && norm > max_norm) {
     const double coef = max_norm / (norm + 1e-6);
     torch::NoGradGuard no_grad;

@@ -100,15 +100,16 @@ void check_sequences(const std::vector<SequenceTokens>& sequences, std::int64_t 
 ResponseLogProbs scatter_response(CausalLM& model, const torch::Tensor& flat_hidden, const TargetIndex& index,
                                   std::int64_t rows, std::int64_t width, const LogProbOptions& options) {
   const torch::Tensor weight = model->lm_head_weight();
+  // On the model's device; float32 whatever the model's dtype (token_logprobs computes in float32).
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(weight.device());
   const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(weight.device());
   ResponseLogProbs out;
   torch::Tensor logprobs = torch::zeros({rows * width}, f32);
   torch::Tensor entropy = options.with_entropy ? torch::zeros({rows * width}, f32) : torch::Tensor();
   if (!index.source.empty()) {
-    const torch::Tensor source = torch::tensor(index.source, torch::kLong).to(i64.device());
-    const torch::Tensor dest = torch::tensor(index.dest, torch::kLong).to(i64.device());
-    const torch::Tensor targets = torch::tensor(index.targets, torch::kLong).to(i64.device());
+    const torch::Tensor source = torch::tensor(index.source, i64);
+    const torch::Tensor dest = torch::tensor(index.dest, i64);
+    const torch::Tensor targets = torch::tensor(index.targets, i64);
     const TokenLogProbs t = token_logprobs(flat_hidden.index_select(0, source), weight, targets, options);
     // Out-of-place index_copy: differentiable w.r.t. the copied values; padding stays 0.
     logprobs = logprobs.index_copy(0, dest, t.logprobs);
@@ -144,10 +145,10 @@ ResponseLogProbs packed_response_logprobs(CausalLM& model, const std::vector<Seq
   }
   torch::Tensor flat_hidden;
   if (!lengths.empty()) {
-    const torch::Device device = model->lm_head_weight().device();
-    AttentionLayout layout = AttentionLayout::packed(lengths);
-    layout.position_ids = layout.position_ids.to(device);
-    const torch::Tensor input = torch::tensor(ids, torch::kLong).view({1, offset}).to(device);
+    const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(model->lm_head_weight().device());
+    AttentionLayout layout = AttentionLayout::packed(lengths);  // built on the host by core/model
+    layout.position_ids = layout.position_ids.to(i64.device());
+    const torch::Tensor input = torch::tensor(ids, i64).view({1, offset});
     const torch::Tensor hidden = model->hidden_states(input, layout);  // [1, N, H]
     flat_hidden = hidden.view({offset, hidden.size(-1)});
   }
@@ -184,9 +185,9 @@ ResponseLogProbs padded_response_logprobs(CausalLM& model, const std::vector<Seq
   }
   torch::Tensor flat_hidden;
   if (rows > 0) {
-    const torch::Device device = model->lm_head_weight().device();
-    const torch::Tensor attention_mask = torch::tensor(mask, torch::kLong).view({rows, max_len}).to(device);
-    const torch::Tensor input = torch::tensor(ids, torch::kLong).view({rows, max_len}).to(device);
+    const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(model->lm_head_weight().device());
+    const torch::Tensor attention_mask = torch::tensor(mask, i64).view({rows, max_len});
+    const torch::Tensor input = torch::tensor(ids, i64).view({rows, max_len});
     const torch::Tensor hidden = model->hidden_states(input, AttentionLayout::padded(attention_mask));  // [rows, T, H]
     flat_hidden = hidden.reshape({rows * max_len, hidden.size(-1)});
   }

@@ -1,3 +1,4 @@
+// Over 500 lines: the update's stages share SampleRef and MiniBatch, which stay private to this file.
 #include "core/train/policy_update.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "core/dist/gradient_reducer.h"
 #include "core/dist/process_group.h"
 #include "core/model/logprobs.h"
+#include "core/train/metric_sums.h"
 #include "core/train/optimizer.h"
 #include "core/train/packing.h"
 #include "grpo/sdk/torch/masked.h"
@@ -102,6 +104,7 @@ void logprobs_into(CausalLM& model, const std::vector<const SampleRef*>& refs, c
   torch::NoGradGuard no_grad;
   for (const auto& mb : pack_refs(refs, o)) {
     const std::int64_t width = response_width(mb);
+    // Read back on the host: the rows are std::vector<float>.
     const torch::Tensor lp =
         packed_response_logprobs(model, sequence_tokens(mb), width, logprob_options(o, false)).logprobs.to(torch::kCPU).contiguous();
     const float* data = lp.data_ptr<float>();
@@ -112,65 +115,19 @@ void logprobs_into(CausalLM& model, const std::vector<const SampleRef*>& refs, c
   }
 }
 
-// [S, width] float32 rows from per-sample vectors (padding 0); `rows[k]` may be null (all 0).
+// [S, width] float32 rows from per-sample vectors (padding 0) on `device`; `rows[k]` may be
+// null (all 0). Filled on the host through data_ptr, then moved (float32 like the log-probs,
+// whatever the model's dtype).
 torch::Tensor rows_tensor(const std::vector<const std::vector<float>*>& rows, std::int64_t width, const torch::Device& device) {
-  torch::Tensor t = torch::zeros({static_cast<std::int64_t>(rows.size()), width}, torch::kFloat32);
+  const auto host = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU);
+  torch::Tensor t = torch::zeros({static_cast<std::int64_t>(rows.size()), width}, host);
   float* data = t.data_ptr<float>();
   for (std::size_t k = 0; k < rows.size(); ++k)
     if (rows[k]) std::copy(rows[k]->begin(), rows[k]->end(), data + static_cast<std::int64_t>(k) * width);
   return t.to(device);
 }
 
-// Metrics accumulated over micro-batches: token-weighted means, or max / min.
-class MetricSums {
- public:
-  enum class Kind { kMean, kMax, kMin };
-
-  void add(const std::string& name, double value, double weight, Kind kind = Kind::kMean) {
-    auto it = entries_.find(name);
-    if (it == entries_.end()) {
-      order_.push_back(name);
-      it = entries_.emplace(name, Entry{}).first;
-      it->second.kind = kind;
-      it->second.extreme = value;
-    }
-    Entry& e = it->second;
-    e.weighted += value * weight;
-    e.weight += weight;
-    e.plain += value;
-    e.count += 1;
-    if (kind == Kind::kMax) e.extreme = std::isnan(value) || std::isnan(e.extreme) ? NAN : std::max(e.extreme, value);
-    if (kind == Kind::kMin) e.extreme = std::isnan(value) || std::isnan(e.extreme) ? NAN : std::min(e.extreme, value);
-  }
-
-  // By name suffix: ".../max" is a max, ".../min" a min, anything else a token-weighted mean.
-  void add_by_suffix(const std::string& name, double value, double weight) {
-    auto ends = [&](const char* suffix) {
-      const std::string s(suffix);
-      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-    };
-    add(name, value, weight, ends("/max") ? Kind::kMax : ends("/min") ? Kind::kMin : Kind::kMean);
-  }
-
-  void write(std::vector<std::pair<std::string, double>>* out) const {
-    for (const std::string& name : order_) {
-      const Entry& e = entries_.at(name);
-      double v = e.extreme;
-      if (e.kind == Kind::kMean) v = e.weight > 0 ? e.weighted / e.weight : e.plain / static_cast<double>(e.count);
-      out->emplace_back(name, v);
-    }
-  }
-
- private:
-  struct Entry {
-    Kind kind = Kind::kMean;
-    double weighted = 0.0, weight = 0.0, plain = 0.0, extreme = 0.0;
-    std::int64_t count = 0;
-  };
-  std::vector<std::string> order_;
-  std::map<std::string, Entry> entries_;
-};
-
+// A scalar read back on the host.
 double value_of(const at::Tensor& t) { return t.detach().to(torch::kCPU).to(torch::kDouble).item<double>(); }
 
 // The name a policy-loss metric is reported under: open-instruct's `_avg` suffix.
@@ -184,7 +141,7 @@ std::string loss_metric_name(const std::string& name) {
 struct MiniBatch {
   std::vector<std::vector<const SampleRef*>> micro;
   std::vector<std::int64_t> widths;
-  std::vector<at::Tensor> masks;  // [S_i, width_i] float32 on the CPU: 1 on response tokens
+  std::vector<at::Tensor> masks;  // [S_i, width_i] float32, host-built: 1 on response tokens
   AggregationScale scale;
   PackingPlan plan;
 };
@@ -203,9 +160,11 @@ std::vector<std::vector<float>> sample_logprobs(CausalLM& model, const std::vect
   return out;
 }
 
-UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer, const std::function<void()>& after_optimizer_step,
-                           const std::vector<Group>& groups, const UpdateComponents& components, const UpdateOptions& o) {
-  // ---- Checks, before any forward.
+namespace {
+
+// Every input check of update_policy, before any forward.
+void check_update(const CausalLM& policy, const UpdateComponents& components, const UpdateOptions& o,
+                  const std::vector<SampleRef>& all) {
   check_common_options(o);
   if (o.num_epochs < 1) throw std::invalid_argument("update: num_epochs must be >= 1, got " + std::to_string(o.num_epochs));
   if (o.num_mini_batches < 1)
@@ -222,9 +181,6 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
                                 " needs a KL estimator (algorithm.kl_estimator)");
   if (with_reference && !components.reference)
     throw std::invalid_argument("update: algorithm.kl_coef = " + std::to_string(o.kl.kl_coef) + " needs a reference model, none was given");
-  const double beta = loss_kl_coef(o.kl);
-
-  const std::vector<SampleRef> all = flatten(groups);
   for (const SampleRef& r : all) {
     check_fits(r, o.pack_length);
     if (r.s->trainable && r.response_len() > 0 && r.s->advantages.size() != r.s->response_ids.size())
@@ -234,6 +190,292 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
       throw std::invalid_argument("update: " + r.name() + " has " + std::to_string(r.s->rollout_logprobs.size()) +
                                   " rollout log-probs for " + std::to_string(r.response_len()) + " response tokens");
   }
+}
+
+// Mini-batches of whole groups over the GLOBAL group list [0, global_groups) (this process
+// holds [first_group, first_group + its groups)); only trainable samples with response tokens
+// are computed (appended to *trained). Each mini-batch's scale counts its own micro-batches.
+std::vector<MiniBatch> plan_mini_batches(const std::vector<SampleRef>& all, std::size_t first_group, std::size_t global_groups,
+                                         const UpdateOptions& o, std::vector<const SampleRef*>* trained) {
+  const std::size_t n_mini = std::min<std::size_t>(static_cast<std::size_t>(o.num_mini_batches), global_groups);
+  std::vector<MiniBatch> minis(n_mini);
+  std::size_t next = 0;  // position in `all`
+  for (std::size_t k = 0; k < n_mini; ++k) {
+    // Global group range [lo, hi): balanced split, the first (groups % n_mini) mini-batches one larger.
+    const std::size_t base = global_groups / n_mini, extra = global_groups % n_mini;
+    const std::size_t lo = k * base + std::min(k, extra), hi = lo + base + (k < extra ? 1 : 0);
+    std::vector<const SampleRef*> refs;
+    double untrained_rows = 0.0;
+    for (; next < all.size() && first_group + all[next].group < hi; ++next) {
+      if (first_group + all[next].group < lo) continue;
+      if (all[next].s->trainable && all[next].response_len() > 0)
+        refs.push_back(&all[next]);
+      else
+        untrained_rows += 1.0;
+    }
+    MiniBatch& mb = minis[k];
+    mb.micro = pack_refs(refs, o, &mb.plan);
+    for (const auto& micro : mb.micro) {
+      mb.widths.push_back(response_width(micro));
+      // 1 on every response token: every computed sample is trainable. Host-built (row fills; the
+      // scale below reads it), moved to the model's device per micro-batch.
+      torch::Tensor m = torch::zeros({static_cast<std::int64_t>(micro.size()), mb.widths.back()},
+                                     torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU));
+      for (std::size_t s = 0; s < micro.size(); ++s) m[static_cast<std::int64_t>(s)].narrow(0, 0, micro[s]->response_len()).fill_(1.0f);
+      mb.masks.push_back(m);
+    }
+    // Global denominators: every micro-batch mask of the mini-batch, before any forward.
+    mb.scale = aggregation_scale(mb.masks, o.max_response_len);
+    // Untrainable samples are mask-0 rows of the batch: only Dr.GRPO's row count sees them.
+    mb.scale.global_rows += untrained_rows;
+    trained->insert(trained->end(), refs.begin(), refs.end());
+  }
+  return minis;
+}
+
+// The denominators of the global batch: every rank's counts, summed (a float64 tensor on the
+// model's device, as the communicator's backend wants it).
+void sum_denominators_over_ranks(dist::Communicator& comm, std::vector<MiniBatch>& minis, const torch::Device& device) {
+  const auto n_mini = static_cast<std::int64_t>(minis.size());
+  std::vector<double> values;
+  for (const MiniBatch& mb : minis) {
+    values.push_back(mb.scale.global_tokens);
+    values.push_back(mb.scale.global_sequences);
+    values.push_back(mb.scale.global_rows);
+  }
+  at::Tensor counts = torch::tensor(values, torch::TensorOptions().dtype(torch::kFloat64).device(device)).view({n_mini, 3});
+  std::vector<at::Tensor> t{counts};
+  comm.all_reduce_sum(t, "loss denominators");
+  const at::Tensor summed = counts.to(torch::kCPU);  // read back on the host
+  for (std::int64_t i = 0; i < n_mini; ++i) {
+    MiniBatch& mb = minis[static_cast<std::size_t>(i)];
+    mb.scale.global_tokens = summed[i][0].item<double>();
+    mb.scale.global_sequences = summed[i][1].item<double>();
+    mb.scale.global_rows = summed[i][2].item<double>();
+  }
+}
+
+// The ratio's denominators and the reference log-probs of every computed sample (indexed by
+// SampleRef::index; empty rows where unused).
+struct StepLogprobs {
+  std::vector<std::vector<float>> old_store, ref_store;
+  bool old_from_first_pass = false;  // kAuto without a recompute: the first pass's own, detached
+  bool any_rollout = false;          // some sample carries the backend's log-probs
+};
+
+StepLogprobs old_and_reference_logprobs(CausalLM& policy, const UpdateComponents& components, const UpdateOptions& o,
+                                        std::size_t n_mini, std::size_t n_samples, const std::vector<const SampleRef*>& trained) {
+  StepLogprobs lp;
+  const bool recompute = o.old_logprobs == OldLogprobSource::kRecompute ||
+                         (o.old_logprobs == OldLogprobSource::kAuto && (n_mini > 1 || o.num_epochs > 1 || o.stale));
+  lp.old_from_first_pass = o.old_logprobs == OldLogprobSource::kAuto && !recompute;
+  lp.old_store.resize(n_samples);
+  lp.ref_store.resize(n_samples);
+  if (recompute) logprobs_into(policy, trained, o, &lp.old_store);
+  if (o.old_logprobs == OldLogprobSource::kRollout)
+    for (const SampleRef* r : trained) {
+      if (!r->carries_rollout_logprobs())
+        throw std::invalid_argument("update: train.old_logprobs is 'rollout' but " + r->name() +
+                                    " carries no rollout log-probs (the backend did not return them)");
+      lp.old_store[r->index] = r->s->rollout_logprobs;
+    }
+  if (needs_reference_model(o.kl)) {
+    CausalLM reference = components.reference;  // a holder copy: same module
+    logprobs_into(reference, trained, o, &lp.ref_store);
+  }
+  lp.any_rollout = std::any_of(trained.begin(), trained.end(), [](const SampleRef* r) { return r->carries_rollout_logprobs(); });
+  return lp;
+}
+
+// What the passes accumulate over the step.
+struct StepTotals {
+  MetricSums sums;
+  double ratio_sum = 0.0, ratio_sq_sum = 0.0, ratio_tokens = 0.0;
+  std::vector<double> norms_done;
+  double norm_attempt_sum = 0.0, allreduce_wait_s = 0.0;
+  std::int64_t attempts = 0, micro_batch_count = 0;
+};
+
+// Everything a micro-batch's forward and backward read.
+struct PassContext {
+  CausalLM& policy;
+  const UpdateComponents& components;
+  const UpdateOptions& o;
+  const StepLogprobs& lp;
+  const DataParallelUpdate* dp;
+  torch::Device device;  // the policy's: every tensor of the loss lives there
+  bool with_reference;
+  double beta;           // KL coefficient in the loss (0 with KL in the reward)
+};
+
+// Metrics of one micro-batch (no grad), weighted by its response tokens.
+void add_micro_batch_metrics(const PassContext& c, const torch::Tensor& mask, const torch::Tensor& logp, const torch::Tensor& old,
+                             const torch::Tensor& ref, const torch::Tensor& kl, const torch::Tensor& policy_token_loss,
+                             const ResponseLogProbs& fwd, const sdk::PolicyLossOutput& pg, bool entropy_pass, StepTotals& t) {
+  torch::NoGradGuard no_grad;
+  MetricSums& sums = t.sums;
+  const double n = value_of(mask.sum());
+  const torch::Tensor valid = mask > 0;
+  auto token_mean = [&](const torch::Tensor& x) {
+    return value_of(sdk::masked_mean(torch::where(valid, x.detach(), torch::zeros_like(mask)), mask));
+  };
+  const double policy_mean = token_mean(policy_token_loss);
+  double kl_loss_mean = 0.0;
+  sums.add("loss/policy_avg", policy_mean, n);
+  if (c.with_reference) {
+    // Display estimators from REFERENCE.md on d = logp - ref, clamped to +-40 as open-instruct's.
+    const torch::Tensor d = (logp.detach() - ref).clamp(-40.0, 40.0);
+    const double kl_mean = token_mean(kl);
+    kl_loss_mean = c.beta * kl_mean;
+    sums.add("objective/kl", kl_mean, n);
+    sums.add("objective/kl_k1", token_mean(d), n);
+    sums.add("objective/kl_k2", token_mean(0.5 * d * d), n);
+    sums.add("objective/kl_k3", token_mean(torch::expm1(-d) + d), n);
+  }
+  sums.add("loss/kl_avg", kl_loss_mean, n);
+  sums.add("loss/total_avg", policy_mean + kl_loss_mean, n);
+  if (entropy_pass) sums.add("objective/entropy", token_mean(fwd.entropy), n);
+  // float64 sums: the variance is a difference of two sums, float32 would drown it.
+  const torch::Tensor ratio = torch::where(valid, torch::exp(logp.detach() - old), torch::zeros_like(mask)).to(torch::kDouble);
+  t.ratio_sum += value_of(ratio.sum());
+  t.ratio_sq_sum += value_of((ratio * ratio).sum());
+  t.ratio_tokens += n;
+  for (const auto& m : pg.metrics) {
+    if (m.name == "val/ratio" || m.name == "val/ratio_var") continue;  // reported from the step's tokens in write_metrics
+    sums.add(loss_metric_name(m.name), value_of(m.value), n);
+  }
+}
+
+// Micro-batch i of `mb`: one packed forward, the per-token loss, backward (gradients
+// accumulate), metrics. Returns the value of its share of the mini-batch loss.
+double micro_batch_pass(const PassContext& c, const MiniBatch& mb, std::size_t i, bool entropy_pass, StepTotals& t) {
+  const UpdateOptions& o = c.o;
+  const auto& micro = mb.micro[i];
+  const std::int64_t width = mb.widths[i];
+  const auto S = static_cast<std::int64_t>(micro.size());
+  ++t.micro_batch_count;
+
+  // Host-built per sample, then moved to the policy's device.
+  std::vector<const std::vector<float>*> adv_rows, old_rows, ref_rows, rollout_rows;
+  torch::Tensor carried = torch::zeros({S, 1}, torch::TensorOptions().dtype(torch::kBool).device(torch::kCPU));
+  torch::Tensor group_ids = torch::empty({S}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCPU));
+  for (std::int64_t s = 0; s < S; ++s) {
+    const SampleRef* r = micro[static_cast<std::size_t>(s)];
+    adv_rows.push_back(&r->s->advantages);
+    old_rows.push_back(&c.lp.old_store[r->index]);
+    ref_rows.push_back(&c.lp.ref_store[r->index]);
+    rollout_rows.push_back(r->carries_rollout_logprobs() ? &r->s->rollout_logprobs : nullptr);
+    carried[s][0] = r->carries_rollout_logprobs();
+    group_ids[s] = static_cast<std::int64_t>(r->group);
+  }
+  const torch::Tensor mask = mb.masks[i].to(c.device);
+
+  const ResponseLogProbs fwd = packed_response_logprobs(c.policy, sequence_tokens(micro), width, logprob_options(o, entropy_pass));
+  const torch::Tensor logp = fwd.logprobs;
+  const torch::Tensor old = c.lp.old_from_first_pass ? logp.detach() : rows_tensor(old_rows, width, c.device);
+  const torch::Tensor ref = c.with_reference ? rows_tensor(ref_rows, width, c.device) : torch::Tensor();
+  torch::Tensor rollout;
+  if (c.lp.any_rollout) rollout = torch::where(carried.to(c.device), rows_tensor(rollout_rows, width, c.device), old);
+
+  sdk::PolicyLossInput in;
+  in.batch.response_mask = mask;
+  in.batch.group_ids = group_ids.to(c.device);
+  in.logp = logp;
+  in.old_logp = old;
+  in.rollout_logp = rollout;
+  in.advantages = rows_tensor(adv_rows, width, c.device);
+  sdk::PolicyLossOutput pg = c.components.policy_loss->compute(in);
+  if (!pg.per_token_loss.defined() || pg.per_token_loss.sizes() != logp.sizes())
+    throw std::runtime_error("update: the policy loss returned a per-token loss of shape " +
+                             (pg.per_token_loss.defined() ? c10::str(pg.per_token_loss.sizes()) : std::string("(undefined)")) +
+                             ", expected " + c10::str(logp.sizes()));
+
+  torch::Tensor policy_token_loss = pg.per_token_loss;
+  if (c.lp.any_rollout) {
+    MismatchCorrection mc = mismatch_correction(old, rollout, mask, o.mismatch);
+    if (o.mismatch.mode != MismatchMode::kNone) policy_token_loss = policy_token_loss * mc.weights;
+    const double n = value_of(mask.sum());
+    for (const auto& m : mc.metrics) t.sums.add_by_suffix(m.name, value_of(m.value), n);
+  }
+  torch::Tensor kl;
+  if (c.with_reference) kl = c.components.kl_estimator->compute(logp, ref);
+  const torch::Tensor per_token = add_kl_to_loss(policy_token_loss, kl, c.beta);
+  const torch::Tensor loss = aggregate_loss(per_token, mask, o.aggregation, mb.scale);
+  // The last backward of the step: its gradients are final, the all-reduce can start during it.
+  if (c.dp && i + 1 == mb.micro.size()) c.dp->reducer->arm();
+  if (loss.requires_grad()) loss.backward();
+  const double loss_value = value_of(loss);
+
+  add_micro_batch_metrics(c, mask, logp, old, ref, kl, policy_token_loss, fwd, pg, entropy_pass, t);
+  return loss_value;
+}
+
+// The optimizer step of a mini-batch whose micro-batches all ran: global norm, clipping, or
+// a skip when the loss or the norm is non-finite.
+void optimizer_step(const PassContext& c, torch::optim::Optimizer& optimizer, const std::function<void()>& after_optimizer_step,
+                    double loss_sum, StepTotals& t, UpdateResult& result) {
+  if (c.dp) {
+    c.dp->reducer->finish();  // .grad = the sum over ranks
+    t.allreduce_wait_s += c.dp->reducer->last_wait_seconds();
+    loss_sum = c.dp->comm->all_reduce_sum(loss_sum, "loss");  // every rank skips a non-finite step alike
+  }
+  const double norm = clip_grad_norm(optimizer, c.o.max_grad_norm);
+  ++t.attempts;
+  t.norm_attempt_sum += norm;
+  if (!std::isfinite(loss_sum) || !std::isfinite(norm)) {
+    optimizer.zero_grad();
+    c.policy->zero_grad();
+    ++result.skipped_nonfinite;
+    result.last_step_nonfinite = true;
+    return;
+  }
+  optimizer.step();
+  if (after_optimizer_step) after_optimizer_step();
+  ++result.optimizer_steps;
+  result.last_step_nonfinite = false;
+  t.norms_done.push_back(norm);
+}
+
+// The step's metrics after the accumulated ones (update_policy's list, in its order).
+void write_metrics(const StepTotals& t, const std::vector<MiniBatch>& minis, const UpdateOptions& o, bool data_parallel,
+                   UpdateResult& result) {
+  auto& out = result.metrics;
+  t.sums.write(&out);
+  const double ratio_mean = t.ratio_tokens > 0 ? t.ratio_sum / t.ratio_tokens : 1.0;
+  const double ratio_var = t.ratio_tokens > 1
+                               ? std::max(0.0, (t.ratio_sq_sum - t.ratio_sum * t.ratio_sum / t.ratio_tokens) / (t.ratio_tokens - 1.0))
+                               : 0.0;
+  out.emplace_back("val/ratio", ratio_mean);
+  out.emplace_back("val/ratio_var", ratio_var);
+  double grad_norm = 0.0;
+  if (!t.norms_done.empty()) {
+    for (double v : t.norms_done) grad_norm += v;
+    grad_norm /= static_cast<double>(t.norms_done.size());
+  } else if (t.attempts > 0) {
+    grad_norm = t.norm_attempt_sum / static_cast<double>(t.attempts);  // every step skipped: the (non-finite) norm shows why
+  }
+  out.emplace_back("optimizer/grad_norm", grad_norm);
+  out.emplace_back("train/optimizer_steps", static_cast<double>(result.optimizer_steps));
+  out.emplace_back("train/skipped_nonfinite", static_cast<double>(result.skipped_nonfinite));
+  out.emplace_back("train/micro_batches", static_cast<double>(t.micro_batch_count));
+  double rows = 0.0, seqs = 0.0, tokens = 0.0;
+  for (const MiniBatch& mb : minis) {
+    rows += static_cast<double>(mb.plan.rows.size());
+    seqs += static_cast<double>(mb.plan.sequences());
+    tokens += static_cast<double>(mb.plan.tokens);
+  }
+  out.emplace_back("other/packed_ratio", seqs > 0 ? rows / seqs : 0.0);
+  out.emplace_back("other/pack_utilization", rows > 0 ? tokens / (rows * static_cast<double>(o.pack_length)) : 0.0);
+  if (data_parallel) out.emplace_back("time/gradient_allreduce", t.allreduce_wait_s);
+}
+
+}  // namespace
+
+UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer, const std::function<void()>& after_optimizer_step,
+                           const std::vector<Group>& groups, const UpdateComponents& components, const UpdateOptions& o) {
+  const std::vector<SampleRef> all = flatten(groups);
+  check_update(policy, components, o, all);
+  const bool with_reference = needs_reference_model(o.kl);
 
   // ---- Mini-batches of whole groups; only trainable samples with response tokens are computed.
   const DataParallelUpdate* dp = components.data_parallel;
@@ -241,87 +483,18 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
     throw std::invalid_argument("update: inconsistent data-parallel settings (communicator, reducer, group range)");
   const std::size_t first_group = dp ? dp->first_group : 0;  // global index of groups[0]
   const std::size_t global_groups = dp ? dp->global_groups : groups.size();
-  const std::size_t n_mini = std::min<std::size_t>(static_cast<std::size_t>(o.num_mini_batches), global_groups);
-  std::vector<MiniBatch> minis(n_mini);
+  const torch::Device device = policy->lm_head_weight().device();
   std::vector<const SampleRef*> trained;  // every computed sample of the step
-  {
-    std::size_t next = 0;  // position in `all`
-    for (std::size_t k = 0; k < n_mini; ++k) {
-      // Global group range [lo, hi): balanced split, the first (groups % n_mini) mini-batches one larger.
-      const std::size_t base = global_groups / n_mini, extra = global_groups % n_mini;
-      const std::size_t lo = k * base + std::min(k, extra), hi = lo + base + (k < extra ? 1 : 0);
-      std::vector<const SampleRef*> refs;
-      double untrained_rows = 0.0;
-      for (; next < all.size() && first_group + all[next].group < hi; ++next) {
-        if (first_group + all[next].group < lo) continue;
-        if (all[next].s->trainable && all[next].response_len() > 0)
-          refs.push_back(&all[next]);
-        else
-          untrained_rows += 1.0;
-      }
-      MiniBatch& mb = minis[k];
-      mb.micro = pack_refs(refs, o, &mb.plan);
-      for (const auto& micro : mb.micro) {
-        mb.widths.push_back(response_width(micro));
-        // 1 on every response token: every computed sample is trainable.
-        torch::Tensor m = torch::zeros({static_cast<std::int64_t>(micro.size()), mb.widths.back()}, torch::kFloat32);
-        for (std::size_t s = 0; s < micro.size(); ++s) m[static_cast<std::int64_t>(s)].narrow(0, 0, micro[s]->response_len()).fill_(1.0f);
-        mb.masks.push_back(m);
-      }
-      // Global denominators: every micro-batch mask of the mini-batch, before any forward.
-      mb.scale = aggregation_scale(mb.masks, o.max_response_len);
-      // Untrainable samples are mask-0 rows of the batch: only Dr.GRPO's row count sees them.
-      mb.scale.global_rows += untrained_rows;
-      trained.insert(trained.end(), refs.begin(), refs.end());
-    }
-  }
-  if (dp && n_mini > 0) {
-    // The denominators of the global batch: every rank's counts, summed.
-    at::Tensor counts = torch::empty({static_cast<std::int64_t>(n_mini), 3}, torch::kFloat64);
-    for (std::size_t k = 0; k < n_mini; ++k) {
-      const auto i = static_cast<std::int64_t>(k);
-      counts[i][0] = minis[k].scale.global_tokens;
-      counts[i][1] = minis[k].scale.global_sequences;
-      counts[i][2] = minis[k].scale.global_rows;
-    }
-    std::vector<at::Tensor> t{counts};
-    dp->comm->all_reduce_sum(t, "loss denominators");
-    for (std::size_t k = 0; k < n_mini; ++k) {
-      const auto i = static_cast<std::int64_t>(k);
-      minis[k].scale.global_tokens = counts[i][0].item<double>();
-      minis[k].scale.global_sequences = counts[i][1].item<double>();
-      minis[k].scale.global_rows = counts[i][2].item<double>();
-    }
-  }
+  std::vector<MiniBatch> minis = plan_mini_batches(all, first_group, global_groups, o, &trained);
+  if (dp && !minis.empty()) sum_denominators_over_ranks(*dp->comm, minis, device);
 
   // ---- Old, rollout and reference log-probs.
-  const bool recompute = o.old_logprobs == OldLogprobSource::kRecompute ||
-                         (o.old_logprobs == OldLogprobSource::kAuto && (n_mini > 1 || o.num_epochs > 1 || o.stale));
-  const bool old_from_first_pass = o.old_logprobs == OldLogprobSource::kAuto && !recompute;
-  std::vector<std::vector<float>> old_store(all.size()), ref_store(all.size());
-  if (recompute) logprobs_into(policy, trained, o, &old_store);
-  if (o.old_logprobs == OldLogprobSource::kRollout)
-    for (const SampleRef* r : trained) {
-      if (!r->carries_rollout_logprobs())
-        throw std::invalid_argument("update: train.old_logprobs is 'rollout' but " + r->name() +
-                                    " carries no rollout log-probs (the backend did not return them)");
-      old_store[r->index] = r->s->rollout_logprobs;
-    }
-  if (with_reference) {
-    CausalLM reference = components.reference;  // a holder copy: same module
-    logprobs_into(reference, trained, o, &ref_store);
-  }
-  const bool any_rollout = std::any_of(trained.begin(), trained.end(), [](const SampleRef* r) { return r->carries_rollout_logprobs(); });
+  const StepLogprobs lp = old_and_reference_logprobs(policy, components, o, minis.size(), all.size(), trained);
 
   // ---- The passes.
-  const torch::Device device = policy->lm_head_weight().device();
+  const PassContext c{policy, components, o, lp, dp, device, with_reference, loss_kl_coef(o.kl)};
   UpdateResult result;
-  MetricSums sums;
-  double ratio_sum = 0.0, ratio_sq_sum = 0.0, ratio_tokens = 0.0;
-  std::vector<double> norms_done;
-  double norm_attempt_sum = 0.0, allreduce_wait_s = 0.0;
-  std::int64_t attempts = 0, micro_batch_count = 0;
-
+  StepTotals totals;
   for (std::int64_t epoch = 0; epoch < o.num_epochs; ++epoch) {
     const bool entropy_pass = o.with_entropy && epoch == 0;
     for (MiniBatch& mb : minis) {
@@ -331,150 +504,14 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
       optimizer.zero_grad();
       policy->zero_grad(/*set_to_none=*/true);
       double loss_sum = 0.0;
-      for (std::size_t i = 0; i < mb.micro.size(); ++i) {
-        const auto& micro = mb.micro[i];
-        const std::int64_t width = mb.widths[i];
-        const auto S = static_cast<std::int64_t>(micro.size());
-        ++micro_batch_count;
-
-        std::vector<const std::vector<float>*> adv_rows, old_rows, ref_rows, rollout_rows;
-        torch::Tensor carried = torch::zeros({S, 1}, torch::kBool);
-        torch::Tensor group_ids = torch::empty({S}, torch::kLong);
-        for (std::int64_t s = 0; s < S; ++s) {
-          const SampleRef* r = micro[static_cast<std::size_t>(s)];
-          adv_rows.push_back(&r->s->advantages);
-          old_rows.push_back(&old_store[r->index]);
-          ref_rows.push_back(&ref_store[r->index]);
-          rollout_rows.push_back(r->carries_rollout_logprobs() ? &r->s->rollout_logprobs : nullptr);
-          carried[s][0] = r->carries_rollout_logprobs();
-          group_ids[s] = static_cast<std::int64_t>(r->group);
-        }
-        const torch::Tensor mask = mb.masks[i].to(device);
-
-        const ResponseLogProbs fwd = packed_response_logprobs(policy, sequence_tokens(micro), width, logprob_options(o, entropy_pass));
-        const torch::Tensor logp = fwd.logprobs;
-        const torch::Tensor old = old_from_first_pass ? logp.detach() : rows_tensor(old_rows, width, device);
-        const torch::Tensor ref = with_reference ? rows_tensor(ref_rows, width, device) : torch::Tensor();
-        torch::Tensor rollout;
-        if (any_rollout) rollout = torch::where(carried.to(device), rows_tensor(rollout_rows, width, device), old);
-
-        sdk::PolicyLossInput in;
-        in.batch.response_mask = mask;
-        in.batch.group_ids = group_ids.to(device);
-        in.logp = logp;
-        in.old_logp = old;
-        in.rollout_logp = rollout;
-        in.advantages = rows_tensor(adv_rows, width, device);
-        sdk::PolicyLossOutput pg = components.policy_loss->compute(in);
-        if (!pg.per_token_loss.defined() || pg.per_token_loss.sizes() != logp.sizes())
-          throw std::runtime_error("update: the policy loss returned a per-token loss of shape " +
-                                   (pg.per_token_loss.defined() ? c10::str(pg.per_token_loss.sizes()) : std::string("(undefined)")) +
-                                   ", expected " + c10::str(logp.sizes()));
-
-        torch::Tensor policy_token_loss = pg.per_token_loss;
-        if (any_rollout) {
-          MismatchCorrection mc = mismatch_correction(old, rollout, mask, o.mismatch);
-          if (o.mismatch.mode != MismatchMode::kNone) policy_token_loss = policy_token_loss * mc.weights;
-          const double n = value_of(mask.sum());
-          for (const auto& m : mc.metrics) sums.add_by_suffix(m.name, value_of(m.value), n);
-        }
-        torch::Tensor kl;
-        if (with_reference) kl = components.kl_estimator->compute(logp, ref);
-        const torch::Tensor per_token = add_kl_to_loss(policy_token_loss, kl, beta);
-        const torch::Tensor loss = aggregate_loss(per_token, mask, o.aggregation, mb.scale);
-        // The last backward of the step: its gradients are final, the all-reduce can start during it.
-        if (dp && i + 1 == mb.micro.size()) dp->reducer->arm();
-        if (loss.requires_grad()) loss.backward();
-        loss_sum += value_of(loss);
-
-        // ---- Metrics of this micro-batch (no grad), weighted by its response tokens.
-        torch::NoGradGuard no_grad;
-        const double n = value_of(mask.sum());
-        const torch::Tensor valid = mask > 0;
-        auto token_mean = [&](const torch::Tensor& x) {
-          return value_of(sdk::masked_mean(torch::where(valid, x.detach(), torch::zeros_like(mask)), mask));
-        };
-        const double policy_mean = token_mean(policy_token_loss);
-        double kl_loss_mean = 0.0;
-        sums.add("loss/policy_avg", policy_mean, n);
-        if (with_reference) {
-          // Display estimators from REFERENCE.md on d = logp - ref, clamped to +-40 as open-instruct's.
-          const torch::Tensor d = (logp.detach() - ref).clamp(-40.0, 40.0);
-          const double kl_mean = token_mean(kl);
-          kl_loss_mean = beta * kl_mean;
-          sums.add("objective/kl", kl_mean, n);
-          sums.add("objective/kl_k1", token_mean(d), n);
-          sums.add("objective/kl_k2", token_mean(0.5 * d * d), n);
-          sums.add("objective/kl_k3", token_mean(torch::expm1(-d) + d), n);
-        }
-        sums.add("loss/kl_avg", kl_loss_mean, n);
-        sums.add("loss/total_avg", policy_mean + kl_loss_mean, n);
-        if (entropy_pass) sums.add("objective/entropy", token_mean(fwd.entropy), n);
-        // float64 sums: the variance is a difference of two sums, float32 would drown it.
-        const torch::Tensor ratio = torch::where(valid, torch::exp(logp.detach() - old), torch::zeros_like(mask)).to(torch::kDouble);
-        ratio_sum += value_of(ratio.sum());
-        ratio_sq_sum += value_of((ratio * ratio).sum());
-        ratio_tokens += n;
-        for (const auto& m : pg.metrics) {
-          if (m.name == "val/ratio" || m.name == "val/ratio_var") continue;  // reported from the step's tokens below
-          sums.add(loss_metric_name(m.name), value_of(m.value), n);
-        }
-      }
-
-      if (dp) {
-        dp->reducer->finish();  // .grad = the sum over ranks
-        allreduce_wait_s += dp->reducer->last_wait_seconds();
-        loss_sum = dp->comm->all_reduce_sum(loss_sum, "loss");  // every rank skips a non-finite step alike
-      }
-      // ---- Optimizer step: global norm, clipping, or skip when non-finite.
-      const double norm = clip_grad_norm(optimizer, o.max_grad_norm);
-      ++attempts;
-      norm_attempt_sum += norm;
-      if (!std::isfinite(loss_sum) || !std::isfinite(norm)) {
-        optimizer.zero_grad();
-        policy->zero_grad();
-        ++result.skipped_nonfinite;
-        result.last_step_nonfinite = true;
-        continue;
-      }
-      optimizer.step();
-      if (after_optimizer_step) after_optimizer_step();
-      ++result.optimizer_steps;
-      result.last_step_nonfinite = false;
-      norms_done.push_back(norm);
+      for (std::size_t i = 0; i < mb.micro.size(); ++i) loss_sum += micro_batch_pass(c, mb, i, entropy_pass, totals);
+      optimizer_step(c, optimizer, after_optimizer_step, loss_sum, totals, result);
     }
   }
   optimizer.zero_grad();
   policy->zero_grad(/*set_to_none=*/true);  // frees the gradient memory between steps
 
-  // ---- Metrics.
-  auto& out = result.metrics;
-  sums.write(&out);
-  const double ratio_mean = ratio_tokens > 0 ? ratio_sum / ratio_tokens : 1.0;
-  const double ratio_var =
-      ratio_tokens > 1 ? std::max(0.0, (ratio_sq_sum - ratio_sum * ratio_sum / ratio_tokens) / (ratio_tokens - 1.0)) : 0.0;
-  out.emplace_back("val/ratio", ratio_mean);
-  out.emplace_back("val/ratio_var", ratio_var);
-  double grad_norm = 0.0;
-  if (!norms_done.empty()) {
-    for (double v : norms_done) grad_norm += v;
-    grad_norm /= static_cast<double>(norms_done.size());
-  } else if (attempts > 0) {
-    grad_norm = norm_attempt_sum / static_cast<double>(attempts);  // every step skipped: the (non-finite) norm shows why
-  }
-  out.emplace_back("optimizer/grad_norm", grad_norm);
-  out.emplace_back("train/optimizer_steps", static_cast<double>(result.optimizer_steps));
-  out.emplace_back("train/skipped_nonfinite", static_cast<double>(result.skipped_nonfinite));
-  out.emplace_back("train/micro_batches", static_cast<double>(micro_batch_count));
-  double rows = 0.0, seqs = 0.0, tokens = 0.0;
-  for (const MiniBatch& mb : minis) {
-    rows += static_cast<double>(mb.plan.rows.size());
-    seqs += static_cast<double>(mb.plan.sequences());
-    tokens += static_cast<double>(mb.plan.tokens);
-  }
-  out.emplace_back("other/packed_ratio", seqs > 0 ? rows / seqs : 0.0);
-  out.emplace_back("other/pack_utilization", rows > 0 ? tokens / (rows * static_cast<double>(o.pack_length)) : 0.0);
-  if (dp) out.emplace_back("time/gradient_allreduce", allreduce_wait_s);
+  write_metrics(totals, minis, o, dp != nullptr, result);
   return result;
 }
 

@@ -6,7 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "core/runtime/components.h"
+#include "core/config/config_access.h"
 #include "grpo/sdk/config_view.h"
 
 namespace grpo::core {
@@ -35,7 +35,7 @@ RewardOptions reward_options(const sdk::ConfigValue& root) {
 
   o.verification_reward = finite("verification_reward", reward.get_double("verification_reward", o.verification_reward));
   o.format_verifier = reward.get_string("format_verifier", o.format_verifier);
-  o.format_additive = reward.get_choice("format_mode", "gate", {"gate", "additive"}) == "additive";
+  o.format_additive = reward.get_choice("format_mode", o.format_additive ? "additive" : "gate", {"gate", "additive"}) == "additive";
   o.non_stop_penalty = reward.get_bool("non_stop_penalty", o.non_stop_penalty);
   o.non_stop_penalty_value =
       finite("non_stop_penalty_value", reward.get_double("non_stop_penalty_value", o.non_stop_penalty_value));
@@ -54,7 +54,7 @@ RewardOptions reward_options(const sdk::ConfigValue& root) {
   if (o.overlong_penalty_factor < 0)
     fail("reward", "overlong_penalty_factor", "expected a number >= 0, got " + number_text(o.overlong_penalty_factor));
 
-  const std::int64_t threads = reward.get_int("num_threads", 0);
+  const std::int64_t threads = reward.get_int("num_threads", static_cast<std::int64_t>(o.num_threads));
   if (threads < 0) fail("reward", "num_threads", "expected an integer >= 0 (0 = hardware threads), got " + std::to_string(threads));
   o.num_threads = static_cast<std::size_t>(threads);
   o.timeout_s = reward.get_double("timeout_s", o.timeout_s);

@@ -13,7 +13,7 @@
 #include "core/metrics/run_metrics.h"
 #include "core/model/checkpoint.h"
 #include "core/model/logprobs.h"
-#include "core/runtime/components.h"
+#include "core/config/config_access.h"
 #include "core/train/packing.h"
 #include "core/train/train_state.h"
 #include "grpo/sdk/config_view.h"
@@ -120,45 +120,99 @@ SftSettings sft_settings(const sdk::ConfigValue& root) {
   auto at_least = [&](const char* section, const char* key, std::int64_t v, std::int64_t min) {
     return int_at_least(root, section, key, v, min);
   };
-  s.run_dir = run.get_string("output_dir", "runs/grpo");
-  s.seed = static_cast<std::uint64_t>(run.get_int("seed", 1));
-  s.resume = run.get_bool("resume", false);
+  s.run_dir = run.get_string("output_dir", s.run_dir);
+  s.seed = static_cast<std::uint64_t>(run.get_int("seed", static_cast<std::int64_t>(s.seed)));
+  s.resume = run.get_bool("resume", s.resume);
   s.steps = at_least("sft", "steps", sft.get_int("steps", s.steps), 1);
   s.batch_size = at_least("sft", "batch_size", sft.get_int("batch_size", s.batch_size), 1);
-  s.random_init = sft.get_choice("init", "pretrained", {"pretrained", "random"}) == "random";
-  s.eval_every = at_least("sft", "eval_every", sft.get_int("eval_every", 0), 0);
-  s.pack_length = at_least("train", "pack_length", train.get_int("pack_length", 2048), 2);
-  s.rows_per_micro_batch = at_least("train", "per_device_train_batch_size", train.get_int("per_device_train_batch_size", 1), 1);
-  s.logprob_chunk_tokens = at_least("train", "logprob_chunk_tokens", train.get_int("logprob_chunk_tokens", 1024), 1);
-  s.save_freq = at_least("checkpoint", "save_freq", checkpoint.get_int("save_freq", 0), 0);
-  s.keep_last = at_least("checkpoint", "keep_last", checkpoint.get_int("keep_last", 2), 0);
-  s.chat_template_name = tokenizer.get_string("chat_template_name", "chatml");
+  s.random_init = sft.get_choice("init", s.random_init ? "random" : "pretrained", {"pretrained", "random"}) == "random";
+  s.eval_every = at_least("sft", "eval_every", sft.get_int("eval_every", s.eval_every), 0);
+  s.pack_length = at_least("train", "pack_length", train.get_int("pack_length", s.pack_length), 2);
+  s.rows_per_micro_batch =
+      at_least("train", "per_device_train_batch_size", train.get_int("per_device_train_batch_size", s.rows_per_micro_batch), 1);
+  s.logprob_chunk_tokens = at_least("train", "logprob_chunk_tokens", train.get_int("logprob_chunk_tokens", s.logprob_chunk_tokens), 1);
+  s.save_freq = at_least("checkpoint", "save_freq", checkpoint.get_int("save_freq", s.save_freq), 0);
+  s.keep_last = at_least("checkpoint", "keep_last", checkpoint.get_int("keep_last", s.keep_last), 0);
+  s.chat_template_name = tokenizer.get_string("chat_template_name", s.chat_template_name);
   s.optimizer = optimizer_settings(root);
+  s.data = data_options(root);
+  s.data.require_ground_truth = false;
+  s.data.require_completion = true;
   return s;
 }
 
-void run_sft(const sdk::ConfigValue& config, LoadedPolicy& policy, const PolicySpec& policy_spec) {
-  const SftSettings s = sft_settings(config);
+namespace {
+
+struct SftData {
+  SftSet train, eval;
+};
+
+// The checks of the policy, then data.train (which must leave a row) and data.eval, tokenized.
+SftData load_sft_data(const SftSettings& s, const sdk::ConfigValue& config, const LoadedPolicy& policy) {
   if (!policy.model.model) fail_at_config_key(config, {"model", "path"}, "grpo-sft needs a model (set model.path)");
   if (!policy.tokenizer) fail_at_config_key(config, {"tokenizer", "path"}, "grpo-sft needs a tokenizer");
   const auto& eos_ids = policy.model.config.eos_token_ids;
   if (eos_ids.empty())
     fail_at_config_key(config, {"model", "path"}, "the model's config.json has no eos_token_id: completions must end with one");
 
-  DataOptions data = data_options(config);
-  data.require_ground_truth = false;
-  data.require_completion = true;
+  const DataOptions& data = s.data;
   if (data.train.empty()) fail_at_config_key(config, {"data", "train"}, "grpo-sft needs data: add a JSONL file to data.train");
+  SftData out;
   DataLoadReport report;
-  const SftSet train = tokenize_rows(load_mixture(data.train, data, s.seed, &report), *policy.tokenizer, s, eos_ids.front(), "training");
-  if (train.prompts.empty())
+  out.train = tokenize_rows(load_mixture(data.train, data, s.seed, &report), *policy.tokenizer, s, eos_ids.front(), "training");
+  if (out.train.prompts.empty())
     fail_at_config_key(config, {"data", "train"}, "no training rows left: every prompt + completion is longer than train.pack_length = " +
                                             std::to_string(s.pack_length));
-  SftSet eval;
   if (!data.eval.empty())
-    eval = tokenize_rows(load_mixture(data.eval, data, s.seed), *policy.tokenizer, s, eos_ids.front(), "eval");
-  spdlog::info("sft data: {} training rows ({} completion tokens, {} bad rows skipped), {} eval rows", train.prompts.size(),
-               train.completion_tokens, report.bad_rows_skipped, eval.prompts.size());
+    out.eval = tokenize_rows(load_mixture(data.eval, data, s.seed), *policy.tokenizer, s, eos_ids.front(), "eval");
+  spdlog::info("sft data: {} training rows ({} completion tokens, {} bad rows skipped), {} eval rows", out.train.prompts.size(),
+               out.train.completion_tokens, report.bad_rows_skipped, out.eval.prompts.size());
+  return out;
+}
+
+// One supervised step on `rows`: the token-mean NLL's gradient, clipping, the optimizer step
+// (skipped when non-finite; *skipped counts those). Returns the step's metrics up to the epoch;
+// time/step counts from t0.
+MetricList sft_step(CausalLM& model, torch::optim::Optimizer& optimizer, const SftSettings& s, const SftSet& train,
+                    const std::vector<std::size_t>& rows, std::int64_t step, Clock::time_point t0, TrainerState& state,
+                    std::int64_t* skipped) {
+  auto lr_at = [&](std::int64_t optimizer_step) {
+    return s.optimizer.learning_rate * lr_factor(s.optimizer, optimizer_step, s.steps);
+  };
+  std::int64_t tokens = 0, all_tokens = 0;
+  for (std::size_t r : rows) {
+    tokens += static_cast<std::int64_t>(train.completions[r].size());
+    all_tokens += static_cast<std::int64_t>(train.prompts[r].size() + train.completions[r].size());
+  }
+  set_learning_rate(optimizer, lr_at(state.optimizer_steps));
+  const NllSum sum = completion_nll(model, train, rows, s, true, static_cast<double>(tokens));
+  const double loss = sum.nll / static_cast<double>(tokens);
+  const double norm = clip_grad_norm(optimizer, s.optimizer.max_grad_norm);
+  const bool finite = std::isfinite(loss) && std::isfinite(norm);
+  if (finite) {
+    optimizer.step();
+    ++state.optimizer_steps;
+  } else {
+    ++*skipped;
+    spdlog::warn("sft step {}: non-finite loss or gradient; optimizer step skipped", step);
+  }
+  optimizer.zero_grad();
+  const double seconds = seconds_since(t0);
+  return {{"train/loss", loss},
+          {"optimizer/grad_norm", norm},
+          {"lr", lr_at(state.optimizer_steps - (finite ? 1 : 0))},
+          {"train/completion_tokens", static_cast<double>(tokens)},
+          {"train/tokens_per_second", seconds > 0 ? static_cast<double>(all_tokens) / seconds : 0.0},
+          {"train/skipped_nonfinite", static_cast<double>(*skipped)},
+          {"time/step", seconds}};
+}
+
+}  // namespace
+
+void run_sft(const SftSettings& s, const sdk::ConfigValue& config, LoadedPolicy& policy, const PolicySpec& /*policy_spec*/) {
+  const SftData data = load_sft_data(s, config, policy);
+  const SftSet& train = data.train;
+  const SftSet& eval = data.eval;
 
   CausalLM model = policy.model.model;
   if (s.random_init) {
@@ -184,12 +238,8 @@ void run_sft(const sdk::ConfigValue& config, LoadedPolicy& policy, const PolicyS
     return;
   }
   RunMetrics run_metrics(s.run_dir, resumed ? state.step : -1, s.steps, "sft step", sft_plot_panels());
-  PromptSampler sampler(train.prompts.size(), s.seed, data.shuffle);
+  PromptSampler sampler(train.prompts.size(), s.seed, s.data.shuffle);
   sampler.set_position(state.data);
-
-  auto lr_at = [&](std::int64_t optimizer_step) {
-    return s.optimizer.learning_rate * lr_factor(s.optimizer, optimizer_step, s.steps);
-  };
   auto save = [&](const char* why) {
     const auto t0 = Clock::now();
     save_checkpoint(s.run_dir, state, contents, s.keep_last);
@@ -204,37 +254,11 @@ void run_sft(const sdk::ConfigValue& config, LoadedPolicy& policy, const PolicyS
     const auto t0 = Clock::now();
     const std::int64_t step = state.step + 1;
     const std::vector<std::size_t> rows = sampler.next(static_cast<std::size_t>(s.batch_size));
-    std::int64_t tokens = 0, all_tokens = 0;
-    for (std::size_t r : rows) {
-      tokens += static_cast<std::int64_t>(train.completions[r].size());
-      all_tokens += static_cast<std::int64_t>(train.prompts[r].size() + train.completions[r].size());
-    }
-    set_learning_rate(*optimizer, lr_at(state.optimizer_steps));
-    const NllSum sum = completion_nll(model, train, rows, s, true, static_cast<double>(tokens));
-    const double loss = sum.nll / static_cast<double>(tokens);
-    const double norm = clip_grad_norm(*optimizer, s.optimizer.max_grad_norm);
-    const bool finite = std::isfinite(loss) && std::isfinite(norm);
-    if (finite) {
-      optimizer->step();
-      ++state.optimizer_steps;
-    } else {
-      ++skipped;
-      spdlog::warn("sft step {}: non-finite loss or gradient; optimizer step skipped", step);
-    }
-    optimizer->zero_grad();
+    MetricList m = sft_step(model, *optimizer, s, train, rows, step, t0, state, &skipped);
     state.step = step;
     state.data = sampler.position();
-    const double seconds = seconds_since(t0);
-
-    MetricList m = {{"train/loss", loss},
-                    {"optimizer/grad_norm", norm},
-                    {"lr", lr_at(state.optimizer_steps - (finite ? 1 : 0))},
-                    {"train/completion_tokens", static_cast<double>(tokens)},
-                    {"train/tokens_per_second", seconds > 0 ? static_cast<double>(all_tokens) / seconds : 0.0},
-                    {"train/skipped_nonfinite", static_cast<double>(skipped)},
-                    {"time/step", seconds},
-                    {"epoch", static_cast<double>(state.data.epoch) +
-                                  static_cast<double>(state.data.offset) / static_cast<double>(train.prompts.size())}};
+    m.emplace_back("epoch", static_cast<double>(state.data.epoch) +
+                                static_cast<double>(state.data.offset) / static_cast<double>(train.prompts.size()));
     const bool last = step == s.steps;
     if (!eval.prompts.empty() && (last || (s.eval_every > 0 && step % s.eval_every == 0))) {
       const double el = eval_loss(model, eval, s);
@@ -243,9 +267,10 @@ void run_sft(const sdk::ConfigValue& config, LoadedPolicy& policy, const PolicyS
     }
     run_metrics.write(step, m);
     // Every step is in metrics.jsonl and on the progress line; the log gets every 25th.
+    const double loss = metric_value(m, "train/loss");
     spdlog::log(step % 25 == 0 || last ? spdlog::level::info : spdlog::level::debug,
-                "sft step {}/{} | loss {:.4f} | grad norm {:.3f} | {:.0f} tok/s", step, s.steps, loss, norm,
-                metric_value(m, "train/tokens_per_second"));
+                "sft step {}/{} | loss {:.4f} | grad norm {:.3f} | {:.0f} tok/s", step, s.steps, loss,
+                metric_value(m, "optimizer/grad_norm"), metric_value(m, "train/tokens_per_second"));
     char loss_text[32];
     std::snprintf(loss_text, sizeof loss_text, "%.4f", loss);
     run_metrics.show_progress(step, {{"loss", loss_text}, {"", format_rate(metric_value(m, "train/tokens_per_second")) + " tok/s"}});

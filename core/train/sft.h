@@ -13,14 +13,16 @@
 #include <cstdint>
 #include <string>
 
+#include "core/data/dataset.h"
 #include "core/runtime/policy.h"
 #include "core/train/optimizer.h"
 #include "grpo/sdk/config_value.h"
 
 namespace grpo::core {
 
+// Member defaults equal the schema's (tests/train/test_settings_defaults.cpp).
 struct SftSettings {
-  std::string run_dir;
+  std::string run_dir = "runs/grpo";
   std::uint64_t seed = 1;
   bool resume = false;
   std::int64_t steps = 300;       // sft.steps: optimizer steps
@@ -34,15 +36,17 @@ struct SftSettings {
   std::int64_t keep_last = 2;
   std::string chat_template_name = "chatml";
   OptimizerSettings optimizer;    // train.*
+  DataOptions data;               // data.*, with completions required and ground truths not
 };
 
-// The sft.*, train.* (optimizer, packing), run.*, checkpoint.* keys of a validated
+// The sft.*, train.* (optimizer, packing), run.*, checkpoint.*, data.* keys of a validated
 // configuration; errors are sdk::ConfigError naming the key.
 SftSettings sft_settings(const sdk::ConfigValue& root);
 
 // Runs supervised training of `policy` (loaded, or built from config.json with random
-// weights when sft.init is random). Bad data is a DataError naming file and line, bad keys
-// a ConfigError, both before the first step.
-void run_sft(const sdk::ConfigValue& config, LoadedPolicy& policy, const PolicySpec& policy_spec);
+// weights when sft.init is random) with `settings` (sft_settings of the validated `config`,
+// read once by the app; `config` is only the place errors point at). Bad data is a DataError
+// naming file and line, bad keys a ConfigError, both before the first step.
+void run_sft(const SftSettings& settings, const sdk::ConfigValue& config, LoadedPolicy& policy, const PolicySpec& policy_spec);
 
 }  // namespace grpo::core

@@ -10,8 +10,9 @@
 #include <vector>
 
 #include "core/model/checkpoint.h"
+#include "core/model/checkpoint_dirs.h"
 #include "core/model/safetensors_torch.h"
-#include "core/runtime/components.h"
+#include "core/config/config_access.h"
 #include "core/train/optimizer.h"
 #include "core/util/fs.h"
 #include "core/util/json_limits.h"
@@ -22,35 +23,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kStateFile = "trainer_state.json";
+constexpr const char* kStateFile = kCheckpointStateFile;
 constexpr const char* kOptimizerFile = "optimizer.pt";
 constexpr const char* kRngFile = "rng.pt";
 constexpr const char* kReferenceFile = "reference.safetensors";
 constexpr int kStateFormat = 1;
-
-std::string step_name(std::int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step_%06lld", static_cast<long long>(step));
-  return buf;
-}
-
-// Complete checkpoints, oldest first: step_N folders holding trainer_state.json.
-std::vector<std::pair<std::int64_t, fs::path>> complete_checkpoints(const std::string& run_dir) {
-  std::vector<std::pair<std::int64_t, fs::path>> out;
-  const fs::path root = checkpoint_root(run_dir);
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) return out;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step_", 0) != 0 || !entry.is_directory()) continue;
-    const std::string digits = name.substr(5);
-    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (!fs::exists(entry.path() / kStateFile)) continue;
-    out.emplace_back(std::stoll(digits), entry.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 nlohmann::json state_json(const TrainerState& s) {
   nlohmann::ordered_json j;
@@ -68,12 +45,6 @@ nlohmann::json state_json(const TrainerState& s) {
 
 }  // namespace
 
-std::string checkpoint_root(const std::string& run_dir) { return (fs::path(run_dir) / "checkpoints").string(); }
-
-std::string checkpoint_path(const std::string& run_dir, std::int64_t step) {
-  return (fs::path(checkpoint_root(run_dir)) / step_name(step)).string();
-}
-
 void save_checkpoint(const std::string& run_dir, const TrainerState& state, const CheckpointContents& c,
                      std::int64_t keep_last) {
   const fs::path root = checkpoint_root(run_dir);
@@ -82,7 +53,7 @@ void save_checkpoint(const std::string& run_dir, const TrainerState& state, cons
     if (entry.path().filename().string().rfind(".step_", 0) == 0) fs::remove_all(entry.path());
 
   const fs::path final_dir = checkpoint_path(run_dir, state.step);
-  const fs::path staging = root / ("." + step_name(state.step) + ".partial");
+  const fs::path staging = root / ("." + checkpoint_step_name(state.step) + ".partial");
   SaveOptions options;
   options.tokenizer = c.tokenizer;
   options.chat_template_name = c.chat_template_name;
@@ -91,6 +62,7 @@ void save_checkpoint(const std::string& run_dir, const TrainerState& state, cons
   save_optimizer(*c.optimizer, (staging / kOptimizerFile).string());
   {
     torch::serialize::OutputArchive archive;
+    // LibTorch's CPU generator: its state is a CPU tensor by nature (whatever the model's device).
     archive.write("cpu_generator_state", at::detail::getDefaultCPUGenerator().get_state());
     archive.save_to((staging / kRngFile).string());
   }
@@ -103,12 +75,6 @@ void save_checkpoint(const std::string& run_dir, const TrainerState& state, cons
     auto all = complete_checkpoints(run_dir);
     for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < all.size(); ++i) fs::remove_all(all[i].second);
   }
-}
-
-std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
-  auto all = complete_checkpoints(run_dir);
-  if (all.empty()) return std::nullopt;
-  return all.back().second.string();
 }
 
 TrainerState load_checkpoint(const std::string& dir, const CheckpointContents& c) {

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "core/data/dataset.h"
+#include "core/model/checkpoint_dirs.h"
 #include "core/model/transformer.h"
 
 namespace grpo::core {
@@ -42,16 +43,10 @@ struct CheckpointContents {
   std::string generation_config_json;
 };
 
-std::string checkpoint_root(const std::string& run_dir);              // RUN_DIR/checkpoints
-std::string checkpoint_path(const std::string& run_dir, std::int64_t step);  // .../step_000010
-
 // Writes the checkpoint of state.step atomically; then deletes complete checkpoints beyond
 // the newest `keep_last` (0 = keep all).
 void save_checkpoint(const std::string& run_dir, const TrainerState& state, const CheckpointContents& contents,
                      std::int64_t keep_last);
-
-// The newest complete checkpoint folder under RUN_DIR/checkpoints, if any.
-std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
 // --resume: restores `state` and `contents` from the newest complete checkpoint of run_dir and
 // returns true (logged); without one, warns and returns false (a fresh start). A checkpoint

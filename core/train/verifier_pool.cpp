@@ -221,6 +221,115 @@ void check_verifier_labels(const std::vector<Example>& examples, const std::vect
 
 // ------------------------------------------------------------------------------ pool
 
+namespace {
+
+// One verifier call of a score(): which sample and verifier entry it is for.
+struct Planned {
+  std::size_t group, sample, slot;
+  bool is_format;
+  std::shared_ptr<Call> call;
+};
+
+// One planned call per (sample, target, selected verifier), then the format call.
+std::vector<Planned> plan_calls(const std::vector<Group>& groups, const std::vector<std::string>& prompt_texts,
+                                const std::vector<VerifierSlot>& verifiers, const RewardOptions& options,
+                                const std::optional<std::size_t>& format, const std::shared_ptr<Batch>& batch) {
+  std::vector<Planned> plan;
+  std::map<std::string, std::vector<std::size_t>> routes;  // label -> selected slots
+  for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+    const Example& ex = groups[gi].example;
+    auto prompt = std::make_shared<const std::string>(prompt_texts[gi]);
+    auto metadata = std::make_shared<const std::string>(ex.metadata);
+    for (const VerificationTarget& t : ex.targets)
+      if (!routes.count(t.label)) routes.emplace(t.label, selected_verifier_slots(t.label, verifiers, options));
+    for (std::size_t si = 0; si < groups[gi].samples.size(); ++si) {
+      const Sample& sample = groups[gi].samples[si];
+      auto add = [&](std::size_t slot, const VerificationTarget* target, bool is_format) {
+        auto call = std::make_shared<Call>();
+        call->verifier = verifiers[slot].verifier;
+        call->prompt = prompt;
+        call->metadata = metadata;
+        call->completion = sample.text;
+        call->ground_truth = target ? target->ground_truth : std::string("null");
+        call->dataset = target ? target->label : std::string();
+        call->finished = sample.finished;
+        call->batch = batch;
+        plan.push_back({gi, si, slot, is_format, std::move(call)});
+      };
+      for (const VerificationTarget& t : ex.targets)
+        for (std::size_t slot : routes.at(t.label)) add(slot, &t, false);
+      if (format) add(*format, ex.targets.empty() ? nullptr : &ex.targets.front(), true);
+    }
+  }
+  return plan;
+}
+
+// Every sample's verdicts, in plan order (every call is settled; late results of timed-out
+// calls are ignored). Counts the failures and timeouts; *first_failure names the first failure.
+ScoringStats collect_verdicts(const std::vector<Planned>& plan, Batch& batch, std::vector<Group>& groups,
+                              const std::vector<VerifierSlot>& verifiers, const std::string& timeout_text,
+                              std::string* first_failure) {
+  ScoringStats stats;
+  stats.calls = plan.size();
+  for (auto& g : groups)
+    for (auto& s : g.samples) {
+      s.verdicts.clear();
+      s.verifier_reward = 0.0;
+      s.correct = false;
+    }
+  std::lock_guard<std::mutex> lock(batch.mutex);
+  for (const Planned& p : plan) {
+    const Call& c = *p.call;
+    VerifierVerdict v;
+    v.verifier = verifiers[p.slot].name;
+    v.weight = verifiers[p.slot].weight;
+    if (c.state == Call::State::kTimedOut) {
+      v.failed = v.timed_out = true;
+      v.details = timeout_text;
+      ++stats.timeouts;
+    } else {
+      v.score = c.score;
+      v.failed = c.failed;
+      v.details = c.details;
+      if (c.failed) {
+        ++stats.failures;
+        if (first_failure->empty())
+          *first_failure = v.verifier + " on " + groups[p.group].example.where() + ": " + c.details;
+      }
+    }
+    groups[p.group].samples[p.sample].verdicts.push_back(std::move(v));
+  }
+  return stats;
+}
+
+// Per sample: the verdicts are the non-format ones, then (when configured) the format one.
+void combine_verdicts(std::vector<Group>& groups, bool with_format, const RewardOptions& options) {
+  for (auto& g : groups)
+    for (auto& s : g.samples) {
+      const std::size_t n = s.verdicts.size() - (with_format && !s.verdicts.empty() ? 1 : 0);
+      double reward = 0.0, raw = 0.0;
+      for (std::size_t i = 0; i < n; ++i) {
+        reward += s.verdicts[i].score * s.verdicts[i].weight * options.verification_reward;
+        raw += s.verdicts[i].score;
+      }
+      bool correct = n > 0 && raw / static_cast<double>(n) >= 0.5;
+      if (with_format && !s.verdicts.empty()) {
+        const VerifierVerdict& f = s.verdicts.back();
+        if (options.format_additive) {
+          reward += f.score * f.weight * options.verification_reward;
+        } else if (f.score < 0.5) {
+          reward = 0.0;
+          correct = false;
+        }
+      }
+      s.verifier_reward = reward;
+      s.correct = correct;
+    }
+}
+
+}  // namespace
+
+
 struct VerifierPool::Impl {
   std::shared_ptr<JobQueue> queue = std::make_shared<JobQueue>();
   mutable std::mutex workers_mutex;
@@ -253,6 +362,50 @@ struct VerifierPool::Impl {
       spawn_locked();
     }
     return workers.size();
+  }
+
+  // Waits until every call of `plan` settled (done or timed out). Wakes at the earliest
+  // deadline of a running call; a call that starts after a scan has its deadline at least
+  // timeout later, so waking no later than `timeout` after each scan finds it in time.
+  void wait_until_settled(Batch& batch, const std::vector<Planned>& plan, double timeout_s) {
+    const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    std::unique_lock<std::mutex> lock(batch.mutex);
+    while (batch.pending > 0) {
+      const auto now = Clock::now();
+      auto wake = now + timeout;
+      std::vector<std::size_t> stuck;  // worker ids
+      for (const Planned& p : plan) {
+        Call& c = *p.call;
+        if (c.state != Call::State::kRunning) continue;
+        const auto deadline = c.started + timeout;
+        if (deadline <= now) {
+          c.state = Call::State::kTimedOut;
+          c.runner->abandoned.store(true);
+          stuck.push_back(c.runner->id);
+          --batch.pending;
+        } else {
+          wake = std::min(wake, deadline);
+        }
+      }
+      if (!stuck.empty()) {
+        lock.unlock();
+        std::size_t live = 1;
+        for (std::size_t id : stuck) live = replace(id);
+        lock.lock();
+        if (live == 0) {
+          // No thread could be started in place of the stuck ones: settle the waiting calls.
+          for (const Planned& p : plan)
+            if (p.call->state == Call::State::kQueued) {
+              p.call->state = Call::State::kDone;
+              p.call->failed = true;
+              p.call->details = "not run: no verifier worker thread could be started";
+              --batch.pending;
+            }
+        }
+        continue;
+      }
+      batch.all_settled.wait_until(lock, wake, [&] { return batch.pending == 0; });
+    }
   }
 };
 
@@ -300,41 +453,8 @@ ScoringStats VerifierPool::score(std::vector<Group>& groups, const std::vector<s
   for (const VerifierSlot& slot : verifiers)
     if (!slot.verifier) throw std::invalid_argument("verifier \"" + slot.name + "\" (" + slot.key_path + ") is not constructed");
 
-  // One planned call per (sample, target, selected verifier), then the format call.
-  struct Planned {
-    std::size_t group, sample, slot;
-    bool is_format;
-    std::shared_ptr<Call> call;
-  };
   auto batch = std::make_shared<Batch>();
-  std::vector<Planned> plan;
-  std::map<std::string, std::vector<std::size_t>> routes;  // label -> selected slots
-  for (std::size_t gi = 0; gi < groups.size(); ++gi) {
-    const Example& ex = groups[gi].example;
-    auto prompt = std::make_shared<const std::string>(prompt_texts[gi]);
-    auto metadata = std::make_shared<const std::string>(ex.metadata);
-    for (const VerificationTarget& t : ex.targets)
-      if (!routes.count(t.label)) routes.emplace(t.label, selected_verifier_slots(t.label, verifiers, options));
-    for (std::size_t si = 0; si < groups[gi].samples.size(); ++si) {
-      const Sample& sample = groups[gi].samples[si];
-      auto add = [&](std::size_t slot, const VerificationTarget* target, bool is_format) {
-        auto call = std::make_shared<Call>();
-        call->verifier = verifiers[slot].verifier;
-        call->prompt = prompt;
-        call->metadata = metadata;
-        call->completion = sample.text;
-        call->ground_truth = target ? target->ground_truth : std::string("null");
-        call->dataset = target ? target->label : std::string();
-        call->finished = sample.finished;
-        call->batch = batch;
-        plan.push_back({gi, si, slot, is_format, std::move(call)});
-      };
-      for (const VerificationTarget& t : ex.targets)
-        for (std::size_t slot : routes.at(t.label)) add(slot, &t, false);
-      if (format) add(*format, ex.targets.empty() ? nullptr : &ex.targets.front(), true);
-    }
-  }
-
+  const std::vector<Planned> plan = plan_calls(groups, prompt_texts, verifiers, options, format, batch);
   batch->pending = plan.size();
   if (!plan.empty()) {
     {
@@ -343,110 +463,12 @@ ScoringStats VerifierPool::score(std::vector<Group>& groups, const std::vector<s
     }
     impl_->queue->ready.notify_all();
   }
+  impl_->wait_until_settled(*batch, plan, timeout_s_);
 
-  // Wait until every call settled. Wake at the earliest deadline of a running call; a call that
-  // starts after a scan has its deadline at least timeout later, so waking no later than
-  // `timeout` after each scan finds it in time.
-  const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
-  {
-    std::unique_lock<std::mutex> lock(batch->mutex);
-    while (batch->pending > 0) {
-      const auto now = Clock::now();
-      auto wake = now + timeout;
-      std::vector<std::size_t> stuck;  // worker ids
-      for (const Planned& p : plan) {
-        Call& c = *p.call;
-        if (c.state != Call::State::kRunning) continue;
-        const auto deadline = c.started + timeout;
-        if (deadline <= now) {
-          c.state = Call::State::kTimedOut;
-          c.runner->abandoned.store(true);
-          stuck.push_back(c.runner->id);
-          --batch->pending;
-        } else {
-          wake = std::min(wake, deadline);
-        }
-      }
-      if (!stuck.empty()) {
-        lock.unlock();
-        std::size_t live = 1;
-        for (std::size_t id : stuck) live = impl_->replace(id);
-        lock.lock();
-        if (live == 0) {
-          // No thread could be started in place of the stuck ones: settle the waiting calls.
-          for (const Planned& p : plan)
-            if (p.call->state == Call::State::kQueued) {
-              p.call->state = Call::State::kDone;
-              p.call->failed = true;
-              p.call->details = "not run: no verifier worker thread could be started";
-              --batch->pending;
-            }
-        }
-        continue;
-      }
-      batch->all_settled.wait_until(lock, wake, [&] { return batch->pending == 0; });
-    }
-  }
-
-  // Collect the verdicts (every call is settled; late results of timed-out calls are ignored).
-  ScoringStats stats;
-  stats.calls = plan.size();
   std::string first_failure;
   const std::string timeout_text = "timed out after " + number_text(timeout_s_) + " s (reward.timeout_s)";
-  for (auto& g : groups)
-    for (auto& s : g.samples) {
-      s.verdicts.clear();
-      s.verifier_reward = 0.0;
-      s.correct = false;
-    }
-  {
-    std::lock_guard<std::mutex> lock(batch->mutex);
-    for (const Planned& p : plan) {
-      const Call& c = *p.call;
-      VerifierVerdict v;
-      v.verifier = verifiers[p.slot].name;
-      v.weight = verifiers[p.slot].weight;
-      if (c.state == Call::State::kTimedOut) {
-        v.failed = v.timed_out = true;
-        v.details = timeout_text;
-        ++stats.timeouts;
-      } else {
-        v.score = c.score;
-        v.failed = c.failed;
-        v.details = c.details;
-        if (c.failed) {
-          ++stats.failures;
-          if (first_failure.empty())
-            first_failure = v.verifier + " on " + groups[p.group].example.where() + ": " + c.details;
-        }
-      }
-      groups[p.group].samples[p.sample].verdicts.push_back(std::move(v));
-    }
-  }
-
-  // Per sample: the verdicts are the non-format ones, then (when configured) the format one.
-  for (auto& g : groups)
-    for (auto& s : g.samples) {
-      const std::size_t n = s.verdicts.size() - (format && !s.verdicts.empty() ? 1 : 0);
-      double reward = 0.0, raw = 0.0;
-      for (std::size_t i = 0; i < n; ++i) {
-        reward += s.verdicts[i].score * s.verdicts[i].weight * options.verification_reward;
-        raw += s.verdicts[i].score;
-      }
-      bool correct = n > 0 && raw / static_cast<double>(n) >= 0.5;
-      if (format && !s.verdicts.empty()) {
-        const VerifierVerdict& f = s.verdicts.back();
-        if (options.format_additive) {
-          reward += f.score * f.weight * options.verification_reward;
-        } else if (f.score < 0.5) {
-          reward = 0.0;
-          correct = false;
-        }
-      }
-      s.verifier_reward = reward;
-      s.correct = correct;
-    }
-
+  ScoringStats stats = collect_verdicts(plan, *batch, groups, verifiers, timeout_text, &first_failure);
+  combine_verdicts(groups, format.has_value(), options);
   if (stats.failures || stats.timeouts) {
     std::string msg = "reward: " + std::to_string(stats.failures + stats.timeouts) + " of " +
                       std::to_string(stats.calls) + " verifier calls scored 0:";

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/app/grpo_plot.h"
+#include "apps/grpo-plot/grpo_plot.h"
 #include "core/metrics/plot.h"
 #include "core/metrics/run_metrics.h"
 #include "tests/support/error_of.h"
@@ -319,7 +319,7 @@ int plot_main(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  return grpo_plot_main(static_cast<int>(args.size()), argv.data());
+  return grpo::cli::grpo_plot_main(static_cast<int>(args.size()), argv.data());
 }
 
 TEST(GrpoPlot, WritesCurvesPngInTheRunDir) {

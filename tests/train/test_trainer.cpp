@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/app/grpo_run.h"
+#include "apps/grpo-run/grpo_run.h"
 #include "core/model/safetensors_torch.h"
 #include "tests/support/rollout_models.h"
 #include "tests/support/metrics_jsonl.h"
@@ -159,7 +159,7 @@ int run_in_process(std::vector<std::string> args, std::string* output) {
   for (auto& a : args) argv.push_back(a.data());
   ::testing::internal::CaptureStderr();
   ::testing::internal::CaptureStdout();
-  const int code = grpo::core::grpo_run_main(static_cast<int>(argv.size()), argv.data());
+  const int code = grpo::cli::grpo_run_main(static_cast<int>(argv.size()), argv.data());
   *output = ::testing::internal::GetCapturedStdout() + ::testing::internal::GetCapturedStderr();
   return code;
 }

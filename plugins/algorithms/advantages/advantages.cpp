@@ -202,11 +202,7 @@ AdvantageOutput finish(at::Tensor advantages, at::Tensor returns, const at::Tens
 // ---------------------------------------------------------------------------------------------
 // Options
 
-double read_epsilon(const ConfigView& cfg, double def) {
-  const double eps = cfg.get_double("epsilon", def);
-  if (!(eps > 0.0) || !std::isfinite(eps)) cfg.fail("epsilon", "must be a finite number > 0");
-  return eps;
-}
+double read_epsilon(const ConfigView& cfg, double def) { return cfg.get_positive_double("epsilon", def); }
 
 // ---------------------------------------------------------------------------------------------
 // grpo: (r - mean_g) / (s + eps), s = std_g ("group"), std of the whole batch ("batch", TRL
@@ -324,9 +320,9 @@ class ReinforcePpBaseline : public AdvantageEstimator {
 class ReinforcePp : public AdvantageEstimator {
  public:
   explicit ReinforcePp(const ConfigView& cfg)
-      : gamma_(cfg.get_double("gamma", 1.0)), whiten_(cfg.get_bool("whiten", true)), eps_(read_epsilon(cfg, 1e-8)) {
-    if (!(gamma_ >= 0.0 && gamma_ <= 1.0)) cfg.fail("gamma", "must be in [0, 1]");
-  }
+      : gamma_(cfg.get_double_in_range("gamma", 1.0, 0.0, 1.0)),
+        whiten_(cfg.get_bool("whiten", true)),
+        eps_(read_epsilon(cfg, 1e-8)) {}
 
   AdvantageOutput compute(const AdvantageInput& in) const override {
     at::NoGradGuard no_grad;

@@ -18,14 +18,15 @@
 #include <grpo/sdk/torch.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 namespace {
 
+// A clamp: > 0, .inf to disable it.
 double positive_option(const grpo::sdk::ConfigView& cfg, const std::string& key, double def) {
-  const double v = cfg.get_double(key, def);
-  if (!(v > 0.0)) cfg.fail(key, "must be > 0 (.inf disables the clamp), got " + std::to_string(v));
-  return v;
+  return cfg.get_double_in_range(key, def, 0.0, std::numeric_limits<double>::infinity(), grpo::sdk::Interval::kLeftOpen,
+                                 "(.inf disables the clamp)");
 }
 
 at::Tensor symmetric_clamp(const at::Tensor& x, double bound) {

@@ -38,23 +38,10 @@ constexpr double kGspoMaxLogRatio = 10.0;
 // ---------------------------------------------------------------------------------------
 // Option helpers
 
-double read_non_negative(const ConfigView& cfg, const std::string& key, double default_value) {
-  const double v = cfg.get_double(key, default_value);
-  if (!std::isfinite(v) || v < 0.0) cfg.fail(key, "must be a finite number >= 0, got " + std::to_string(v));
-  return v;
-}
-
 // clip_low: the lower bound 1 - clip_low must stay >= 0.
 double read_clip_low(const ConfigView& cfg, double default_value) {
-  const double v = read_non_negative(cfg, "clip_low", default_value);
-  if (v > 1.0) cfg.fail("clip_low", "must be in [0, 1] (the lower bound is 1 - clip_low), got " + std::to_string(v));
-  return v;
-}
-
-double read_positive(const ConfigView& cfg, const std::string& key, double default_value) {
-  const double v = cfg.get_double(key, default_value);
-  if (!std::isfinite(v) || v <= 0.0) cfg.fail(key, "must be a finite number > 0, got " + std::to_string(v));
-  return v;
+  return cfg.get_double_in_range("clip_low", default_value, 0.0, 1.0, grpo::sdk::Interval::kClosed,
+                                 "(the lower bound is 1 - clip_low)");
 }
 
 // True when `key` is written in the config with an explicit null (`key: null` / `key: ~`).
@@ -164,7 +151,7 @@ class PpoClip : public PolicyLoss {
  public:
   explicit PpoClip(const ConfigView& cfg) {
     clip_low_ = read_clip_low(cfg, 0.2);
-    clip_high_ = read_non_negative(cfg, "clip_high", 0.2);
+    clip_high_ = cfg.get_non_negative_double("clip_high", 0.2);
     // Dual-clip (Ye et al. 2019, verl clip_ratio_c = 3.0); null or 0 turns it off.
     clip_ratio_c_ = cfg.get_double("clip_ratio_c", 3.0);
     if (explicit_null(cfg, "clip_ratio_c")) clip_ratio_c_ = 0.0;
@@ -200,7 +187,7 @@ class Cispo : public PolicyLoss {
  public:
   explicit Cispo(const ConfigView& cfg) {
     // TRL recommends epsilon_high = 5.0 for CISPO (ScaleRL).
-    clip_high_ = read_non_negative(cfg, "clip_high", 5.0);
+    clip_high_ = cfg.get_non_negative_double("clip_high", 5.0);
     two_sided_ = cfg.get_bool("two_sided", false);
     if (!two_sided_ && cfg.has("clip_low")) cfg.fail("clip_low", "only applies with two_sided: true");
     clip_low_ = two_sided_ ? read_clip_low(cfg, 0.2) : 1.0;  // 1.0: lower bound 0, never active
@@ -237,7 +224,7 @@ class Gspo : public PolicyLoss {
   explicit Gspo(const ConfigView& cfg) {
     // GSPO paper / verl examples/gspo_trainer: clip_ratio_low 3e-4, clip_ratio_high 4e-4.
     clip_low_ = read_clip_low(cfg, 3e-4);
-    clip_high_ = read_non_negative(cfg, "clip_high", 4e-4);
+    clip_high_ = cfg.get_non_negative_double("clip_high", 4e-4);
   }
 
   PolicyLossOutput compute(const PolicyLossInput& in) const override {
@@ -271,8 +258,8 @@ class Gspo : public PolicyLoss {
 class Sapo : public PolicyLoss {
  public:
   explicit Sapo(const ConfigView& cfg) {
-    tau_pos_ = read_positive(cfg, "tau_pos", 1.0);
-    tau_neg_ = read_positive(cfg, "tau_neg", 1.05);
+    tau_pos_ = cfg.get_positive_double("tau_pos", 1.0);
+    tau_neg_ = cfg.get_positive_double("tau_neg", 1.05);
   }
 
   PolicyLossOutput compute(const PolicyLossInput& in) const override {

@@ -9,7 +9,7 @@
 
 #include <torch/cuda.h>
 
-#include "core/tokenizer/unicode.h"
+#include "grpo/sdk/utf8.h"
 
 namespace grpo::native {
 
@@ -173,8 +173,8 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
     s.out.finish_reason = why;
     s.out.timings.prefill_s = s.prompt->prefill_s;
     s.out.timings.finish_s = seconds_between(t0, Clock::now());
-    s.out.text = core::unicode::to_valid_utf8(s.cut == std::string::npos ? std::string_view(s.bytes)
-                                                                : std::string_view(s.bytes).substr(0, s.cut));
+    s.out.text = sdk::to_valid_utf8(s.cut == std::string::npos ? std::string_view(s.bytes)
+                                                               : std::string_view(s.bytes).substr(0, s.cut));
     const auto n = static_cast<std::int64_t>(s.out.token_ids.size());
     stats_.completion_tokens += n;
     stats_.max_completion_tokens = std::max(stats_.max_completion_tokens, n);

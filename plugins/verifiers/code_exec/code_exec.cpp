@@ -317,29 +317,19 @@ class CodeVerifier : public sdk::Verifier {
   explicit CodeVerifier(const sdk::ConfigView& cfg)
       : python_(cfg.get_string("python", "/usr/bin/python3")),
         bwrap_(cfg.get_string("bwrap", "/usr/bin/bwrap")),
-        pass_threshold_(cfg.get_double("pass_threshold", 0.0)),
+        pass_threshold_(cfg.get_double_in_range("pass_threshold", 0.0, 0.0, 1.0)),
         all_or_nothing_(cfg.get_bool("all_or_nothing", false)),
         require_block_(cfg.get_bool("require_code_block", true)),
-        max_tests_(static_cast<std::size_t>(cfg.get_int("max_tests", 64))) {
-    limits_.wall_seconds = cfg.get_double("timeout_s", 5.0);
+        max_tests_(static_cast<std::size_t>(cfg.get_int_at_least("max_tests", 64, 1))) {
+    limits_.wall_seconds = cfg.get_double_in_range("timeout_s", 5.0, 0.0, 3600.0, sdk::Interval::kLeftOpen, "seconds");
     limits_.cpu_seconds = static_cast<std::uint64_t>(std::ceil(limits_.wall_seconds));
-    limits_.memory_bytes = static_cast<std::uint64_t>(cfg.get_int("memory_mb", 1024)) << 20;
-    limits_.max_processes = static_cast<std::uint64_t>(cfg.get_int("max_processes", 32));
-    limits_.output_bytes = static_cast<std::uint64_t>(cfg.get_int("output_kb", 1024)) << 10;
-    limits_.tmp_bytes = static_cast<std::uint64_t>(cfg.get_int("tmp_mb", 64)) << 20;
+    limits_.memory_bytes = static_cast<std::uint64_t>(cfg.get_int_at_least("memory_mb", 1024, 32)) << 20;
+    limits_.max_processes = static_cast<std::uint64_t>(cfg.get_int_at_least("max_processes", 32, 1));
+    limits_.output_bytes = static_cast<std::uint64_t>(cfg.get_int_at_least("output_kb", 1024, 1)) << 10;
+    limits_.tmp_bytes = static_cast<std::uint64_t>(cfg.get_int_at_least("tmp_mb", 64, 1)) << 20;
     limits_.file_bytes = limits_.tmp_bytes;
-    const std::int64_t concurrency = cfg.get_int("max_concurrency", 0);
-    const std::int64_t uid_base = cfg.get_int("sandbox_uid_base", 60000);
-    if (!(limits_.wall_seconds > 0 && limits_.wall_seconds <= 3600))
-      cfg.fail("timeout_s", "must be in (0, 3600] seconds");
-    if (cfg.get_int("memory_mb", 1024) < 32) cfg.fail("memory_mb", "must be >= 32");
-    if (cfg.get_int("max_processes", 32) < 1) cfg.fail("max_processes", "must be >= 1");
-    if (cfg.get_int("output_kb", 1024) < 1) cfg.fail("output_kb", "must be >= 1");
-    if (cfg.get_int("tmp_mb", 64) < 1) cfg.fail("tmp_mb", "must be >= 1");
-    if (concurrency < 0 || concurrency > 4096) cfg.fail("max_concurrency", "must be in [0, 4096] (0 = the number of cores)");
-    if (uid_base < 1000 || uid_base > 4000000000LL) cfg.fail("sandbox_uid_base", "must be in [1000, 4e9]");
-    if (!(pass_threshold_ >= 0.0 && pass_threshold_ <= 1.0)) cfg.fail("pass_threshold", "must be in [0, 1]");
-    if (max_tests_ < 1) cfg.fail("max_tests", "must be >= 1");
+    const std::int64_t concurrency = cfg.get_int_in_range("max_concurrency", 0, 0, 4096, "(0 = the number of cores)");
+    const std::int64_t uid_base = cfg.get_int_in_range("sandbox_uid_base", 60000, 1000, 4000000000LL);
     const unsigned slots = concurrency > 0 ? static_cast<unsigned>(concurrency)
                                            : std::max(1u, std::thread::hardware_concurrency());
     sandbox_ = std::make_unique<Sandbox>(bwrap_, python_, slots, static_cast<unsigned>(uid_base));

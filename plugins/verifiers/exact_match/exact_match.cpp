@@ -20,6 +20,7 @@
 
 #include "grpo/sdk/config_view.h"
 #include "grpo/sdk/plugin.h"
+#include "grpo/sdk/text.h"
 #include "grpo/sdk/verifier.h"
 
 namespace {
@@ -134,14 +135,6 @@ class GroundTruthSax {
 constexpr std::size_t kMaxEchoBytes = 1024;
 constexpr std::size_t kMaxPreviewBytes = 80;
 
-// Cuts `s` to at most `limit` bytes on a UTF-8 character boundary, marking the cut.
-std::string clip(std::string_view s, std::size_t limit) {
-  if (s.size() <= limit) return std::string(s);
-  std::size_t cut = limit;
-  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // continuation byte
-  return std::string(s.substr(0, cut)) + "...[" + std::to_string(s.size() - cut) + " more bytes]";
-}
-
 std::vector<std::string> parse_ground_truth(std::string_view text) {
   std::vector<std::string> truths;
   GroundTruthSax sax(&truths);
@@ -152,7 +145,7 @@ std::vector<std::string> parse_ground_truth(std::string_view text) {
   if (!nlohmann::json::sax_parse(text.begin(), text.end(), &sax)) {
     std::string got = sax.rejection().empty() ? std::string("an unsupported value") : sax.rejection();
     std::string msg = "exact_match: ground_truth must be a JSON string, number, or list of strings/numbers; got " +
-                      got + ": " + clip(text, kMaxPreviewBytes);
+                      got + ": " + sdk::clip_utf8(text, kMaxPreviewBytes);
     // The usual mistake: a raw answer where JSON text is expected. Quoting also fixes a
     // number nlohmann cannot hold (1e400), which is then compared as text.
     const bool invalid_json = got.rfind("invalid JSON", 0) == 0;
@@ -208,7 +201,7 @@ class ExactMatchVerifier final : public sdk::Verifier {
     }
 
     const std::string prediction = normalize(ex.text);
-    details["extracted"] = clip(prediction, kMaxEchoBytes);
+    details["extracted"] = sdk::clip_utf8(prediction, kMaxEchoBytes);
 
     std::vector<std::string> expected;
     expected.reserve(truths.size());
@@ -216,11 +209,11 @@ class ExactMatchVerifier final : public sdk::Verifier {
       std::string normalized = normalize(truth);
       if (normalized == prediction) {
         result.score = 1.0;
-        details["matched"] = clip(truth, kMaxEchoBytes);
+        details["matched"] = sdk::clip_utf8(truth, kMaxEchoBytes);
         result.details = dump(details);
         return result;
       }
-      expected.push_back(clip(normalized, kMaxEchoBytes));
+      expected.push_back(sdk::clip_utf8(normalized, kMaxEchoBytes));
     }
 
     details["matched"] = nullptr;

@@ -72,8 +72,7 @@ class FormatVerifier final : public sdk::Verifier {
         dotall_(cfg.get_bool("dotall", true)),
         ignore_case_(cfg.get_bool("ignore_case", false)),
         is_default_pattern_(pattern_ == kR1Pattern) {
-    const std::int64_t match_limit = cfg.get_int("match_limit", 10'000'000);
-    if (match_limit < 1) cfg.fail("match_limit", "must be >= 1, got " + std::to_string(match_limit));
+    const std::int64_t match_limit = cfg.get_int_at_least("match_limit", 10'000'000, 1);
 
     std::uint32_t flags = 0;
     if (dotall_) flags |= PCRE2_DOTALL;

@@ -15,6 +15,8 @@
 
 #include <cld2/public/compact_lang_det.h>
 
+#include "grpo/sdk/utf8.h"
+
 namespace grpo_ifeval {
 
 // ------------------------------------------------------------------------------------------
@@ -135,36 +137,13 @@ locale_t utf8_locale() {
   return loc;
 }
 
-// Decodes one code point at s[i], advancing i; invalid bytes decode as U+FFFD.
+// Decodes one code point at s[i], advancing i (grpo/sdk/utf8.h: each maximal ill-formed
+// subsequence is one U+FFFD, as Python's bytes.decode("utf-8", "replace")).
 char32_t next_cp(std::string_view s, std::size_t& i) {
-  const unsigned char c = static_cast<unsigned char>(s[i]);
-  int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-  if (len == 0 || i + len > s.size()) {
-    ++i;
-    return 0xFFFD;
-  }
-  char32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-  for (int k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  std::size_t len = 1;
+  const char32_t cp = grpo::sdk::decode_utf8_at(s, i, &len);
   i += len;
   return cp;
-}
-
-void append_cp(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 bool cp_upper(char32_t cp) {
@@ -182,7 +161,7 @@ std::string py_lower(std::string_view text) {
   for (std::size_t i = 0; i < text.size();) {
     const char32_t cp = next_cp(text, i);
     if (cp < 0x80) out += static_cast<char>(cp >= 'A' && cp <= 'Z' ? cp + 32 : cp);
-    else append_cp(out, utf8_locale() ? static_cast<char32_t>(towlower_l(static_cast<wint_t>(cp), utf8_locale())) : cp);
+    else grpo::sdk::append_utf8(out, utf8_locale() ? static_cast<char32_t>(towlower_l(static_cast<wint_t>(cp), utf8_locale())) : cp);
   }
   return out;
 }

@@ -127,10 +127,8 @@ class LengthVerifier : public sdk::Verifier {
   LengthVerifier(const sdk::ConfigView& cfg, bool up_to)
       : up_to_(up_to),
         unit_name_(cfg.get_choice("unit", "words", {"words", "chars", "bytes"})),
-        normalizer_(cfg.get_double("normalizer", 8192.0)) {
+        normalizer_(cfg.get_positive_double("normalizer", 8192.0)) {
     unit_ = unit_name_ == "chars" ? Unit::kChars : unit_name_ == "bytes" ? Unit::kBytes : Unit::kWords;
-    if (!(normalizer_ > 0.0) || !std::isfinite(normalizer_))
-      cfg.fail("normalizer", "must be a finite number > 0, got " + std::to_string(normalizer_));
   }
 
   sdk::VerifierResult verify(const sdk::VerifierInput& input) const override {

@@ -76,15 +76,11 @@ class MathVerifierBase : public sdk::Verifier {
   MathVerifierBase(const sdk::ConfigView& cfg, bool gsm8k)
       : gsm8k_(gsm8k),
         fallback_last_number_(cfg.get_bool("fallback_last_number", gsm8k)),
-        timeout_ms_(cfg.get_double("timeout_ms", 2000.0)) {
-    options_.relative_tolerance = cfg.get_double("relative_tolerance", 1e-9);
+        timeout_ms_(cfg.get_positive_double("timeout_ms", 2000.0, "(milliseconds)")) {
+    options_.relative_tolerance =
+        cfg.get_double_in_range("relative_tolerance", 1e-9, 0.0, 1.0, sdk::Interval::kRightOpen);
     options_.use_ginac = cfg.get_bool("symbolic", true);
-    options_.max_chars = static_cast<std::size_t>(cfg.get_int("max_answer_chars", 2000));
-    if (!(options_.relative_tolerance >= 0.0 && options_.relative_tolerance < 1.0))
-      cfg.fail("relative_tolerance", "must be in [0, 1), got " + std::to_string(options_.relative_tolerance));
-    if (!(timeout_ms_ > 0.0) || !std::isfinite(timeout_ms_))
-      cfg.fail("timeout_ms", "must be a finite number of milliseconds > 0, got " + std::to_string(timeout_ms_));
-    if (options_.max_chars < 16) cfg.fail("max_answer_chars", "must be >= 16");
+    options_.max_chars = static_cast<std::size_t>(cfg.get_int_at_least("max_answer_chars", 2000, 16));
   }
 
   sdk::VerifierResult verify(const sdk::VerifierInput& input) const override {

@@ -5,12 +5,16 @@
 //   configs/dapo.yaml:12:16: algorithm.policy_loss.clip_high: expected a number, got "abc"
 // Reading a key marks it used; after a factory returns, the host rejects any option the
 // component never read (so a typo cannot silently fall back to a default).
+// The range-checked getters (get_positive_double, get_double_in_range, get_int_at_least, ...)
+// also name the range and the value as written:
+//   configs/reinforce_pp.yaml:9:12: algorithm.advantage.gamma: must be in [0, 1], got 1.5
 #pragma once
 
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
 #include <limits>
@@ -89,7 +93,40 @@ inline std::string describe_value(const ConfigValue& v) {
   return v.type_description();
 }
 
+// A number as YAML would write it: whole numbers in full ("3600"), others the shortest text
+// that reads back as `v` ("0.2", "1e-9"), ".inf", "-.inf" or ".nan".
+inline std::string format_number(double v) {
+  if (std::isnan(v)) return ".nan";
+  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
+  char buf[40];
+  if (v == std::floor(v) && std::fabs(v) < 1e16) {
+    std::snprintf(buf, sizeof buf, "%.0f", v);  // whole numbers in full: "3600", not "3.6e3"
+    return buf;
+  }
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s = buf;
+  const std::size_t e = s.find('e');  // "1e-09" -> "1e-9", "4e+09" -> "4e9"
+  if (e != std::string::npos) {
+    std::size_t digits = e + 1;
+    if (s[digits] == '+') s.erase(digits, 1);
+    else if (s[digits] == '-') ++digits;
+    while (digits + 1 < s.size() && s[digits] == '0') s.erase(digits, 1);
+  }
+  return s;
+}
+
 }  // namespace detail
+
+// Which ends of [lo, hi] belong to a range (ConfigView::get_double_in_range).
+enum class Interval {
+  kClosed,     // [lo, hi]
+  kLeftOpen,   // (lo, hi]
+  kRightOpen,  // [lo, hi)
+  kOpen,       // (lo, hi)
+};
 
 class ConfigView {
  public:
@@ -190,6 +227,66 @@ class ConfigView {
     return out;
   }
 
+  // ---- Range-checked numbers
+  // Each reads like get_double / get_int (absent or null: the default), then rejects a value
+  // outside the range, NaN included, with "<location>: <path>.<key>: must be <range>[ <note>],
+  // got <value as written>". `note` says more, e.g. "(0 = the number of cores)". A bound at
+  // +-infinity reads "must be > lo" / "must be <= hi"; an open one at infinity adds "a finite
+  // number": get_double_in_range(key, d, 0, +inf, Interval::kOpen) -> "must be a finite
+  // number > 0", get_double_in_range(key, d, 0, +inf, Interval::kLeftOpen) -> "must be > 0"
+  // (.inf accepted).
+
+  // A number in [lo, hi], or with open ends as `ends` says.
+  double get_double_in_range(const std::string& key, double default_value, double lo, double hi,
+                             Interval ends = Interval::kClosed, const std::string& note = "") const {
+    const double v = get_double(key, default_value);
+    const bool lo_open = ends == Interval::kLeftOpen || ends == Interval::kOpen;
+    const bool hi_open = ends == Interval::kRightOpen || ends == Interval::kOpen;
+    if ((lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi)) return v;
+    std::string range;
+    const bool no_lo = std::isinf(lo) && lo < 0, no_hi = std::isinf(hi) && hi > 0;
+    if (no_lo && no_hi) {
+      range = "a number";
+    } else if (no_hi) {
+      range = std::string(lo_open ? "> " : ">= ") + detail::format_number(lo);
+    } else if (no_lo) {
+      range = std::string(hi_open ? "< " : "<= ") + detail::format_number(hi);
+    } else {
+      range = std::string("in ") + (lo_open ? "(" : "[") + detail::format_number(lo) + ", " +
+              detail::format_number(hi) + (hi_open ? ")" : "]");
+    }
+    if ((no_lo && lo_open) || (no_hi && hi_open)) range = "a finite number" + (no_lo && no_hi ? "" : " " + range);
+    fail(key, "must be " + range + (note.empty() ? "" : " " + note) + ", got " + written(key, detail::format_number(v)));
+  }
+  // A finite number > 0.
+  double get_positive_double(const std::string& key, double default_value, const std::string& note = "") const {
+    return get_double_in_range(key, default_value, 0.0, std::numeric_limits<double>::infinity(), Interval::kOpen, note);
+  }
+  // A finite number >= 0.
+  double get_non_negative_double(const std::string& key, double default_value, const std::string& note = "") const {
+    return get_double_in_range(key, default_value, 0.0, std::numeric_limits<double>::infinity(), Interval::kRightOpen,
+                               note);
+  }
+
+  // An integer in [lo, hi] ("must be >= lo" when hi is the largest int64, "must be <= hi"
+  // when lo is the smallest).
+  std::int64_t get_int_in_range(const std::string& key, std::int64_t default_value, std::int64_t lo, std::int64_t hi,
+                                const std::string& note = "") const {
+    const std::int64_t v = get_int(key, default_value);
+    if (v >= lo && v <= hi) return v;
+    constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+    constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+    const std::string range = hi == kMax   ? ">= " + std::to_string(lo)
+                              : lo == kMin ? "<= " + std::to_string(hi)
+                                           : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    fail(key, "must be " + range + (note.empty() ? "" : " " + note) + ", got " + written(key, std::to_string(v)));
+  }
+  // An integer >= min.
+  std::int64_t get_int_at_least(const std::string& key, std::int64_t default_value, std::int64_t min,
+                                const std::string& note = "") const {
+    return get_int_in_range(key, default_value, min, std::numeric_limits<std::int64_t>::max(), note);
+  }
+
   // A nested map. Absent or null gives an empty view; a non-map value is an error.
   ConfigView child(const std::string& key) const {
     const ConfigValue* v = lookup(key);
@@ -220,6 +317,12 @@ class ConfigView {
   const ConfigValue* peek(const std::string& key) const {
     if (!node_ || !node_->is_map()) return nullptr;
     return node_->find(key);
+  }
+
+  // The key's value as written in the file ("1.5", "-.inf"), else `fallback` (the default).
+  std::string written(const std::string& key, const std::string& fallback) const {
+    const ConfigValue* v = peek(key);
+    return (v && v->is_scalar()) ? v->scalar() : fallback;
   }
 
   const ConfigValue* lookup(const std::string& key) const {

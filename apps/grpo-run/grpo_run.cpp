@@ -1,0 +1,291 @@
+#include "apps/grpo-run/grpo_run.h"
+
+#include <boost/program_options.hpp>
+#include <spdlog/spdlog.h>
+
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "apps/cli/app_common.h"
+#include "core/algo/algorithm_settings.h"
+#include "core/config/config_loader.h"
+#include "core/config/schema.h"
+#include "core/config/yaml_loader.h"
+#include "core/dist/local_launcher.h"
+#include "core/dist/process_group.h"
+#include "core/dist/world.h"
+#include "core/plugin/plugin_registry.h"
+#include "core/runtime/blas_check.h"
+#include "core/runtime/components.h"
+#include "core/runtime/logging.h"
+#include "core/runtime/policy.h"
+#include "core/train/trainer.h"
+#include "core/util/fs.h"
+#include "core/util/strings.h"
+#include "grpo/sdk/config_view.h"
+
+namespace grpo::cli {
+
+using namespace grpo::core;
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr const char* kUsage = R"(Usage: grpo-run [options]
+
+Trains a policy with GRPO as the configuration says (docs/training.md). Configuration precedence:
+built-in defaults < --config files (in order; a later file wins) < --set overrides.
+Every key is documented in docs/config.md (or: grpo-run --config-reference).
+
+Examples:
+  grpo-run --config configs/exact_match.yaml --validate
+  grpo-run --config configs/exact_match.yaml --set run.seed=2 --print-config
+  grpo-run --list-plugins
+  grpo-run --config configs/quickstart.yaml --nproc 2       (2 data-parallel ranks on this machine)
+  torchrun --nproc_per_node 2 --no_python grpo-run --config ...   (docs/distributed.md)
+
+Options)";
+
+const std::string& exit_codes() {
+  static const std::string text = exit_codes_help({{kExitOk},
+                                                   {kExitInternal},
+                                                   {kExitUsage},
+                                                   {kExitConfig},
+                                                   {kExitPlugin},
+                                                   {kExitRuntime},
+                                                   {kExitUnavailable},
+                                                   {kExitPeerLost}});
+  return text;
+}
+
+struct Options {
+  std::vector<std::string> configs;
+  std::vector<std::string> sets;
+  std::vector<std::string> plugin_paths;
+  std::string log_level;
+  bool print_config = false;
+  bool validate = false;
+  bool list_plugins = false;
+  bool config_reference = false;
+  bool resume = false;
+  int nproc = 0;  // 0: not given
+  std::vector<std::string> argv;  // as given (--nproc re-runs it without --nproc)
+};
+
+// --nproc N: N copies of this command line, without --nproc, as local ranks.
+int launch_local_ranks(const Options& opt) {
+  if (std::getenv("GRPO_LOCAL_LAUNCH") || std::getenv("WORLD_SIZE") || std::getenv("OMPI_COMM_WORLD_SIZE"))
+    throw std::invalid_argument("--nproc spawns its own ranks; it cannot run under another launcher (torchrun, mpirun) "
+                                "or inside a --nproc rank");
+  std::vector<std::string> child{std::filesystem::read_symlink("/proc/self/exe").string()};
+  for (std::size_t i = 1; i < opt.argv.size(); ++i) {
+    const std::string& a = opt.argv[i];
+    if (a == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (a.rfind("--nproc=", 0) == 0) continue;
+    child.push_back(a);
+  }
+  dist::LocalLaunchOptions launch;
+  launch.nproc = opt.nproc;
+  spdlog::info("launching {} ranks on this machine", opt.nproc);
+  return dist::launch_local_ranks(child, launch);
+}
+
+void print_plugin_table(const PluginRegistry& registry, std::ostream& os) {
+  const auto components = registry.components();
+  std::size_t w_name = 4, w_kind = 4, w_version = 7, w_plugin = 6;
+  for (const auto& c : components) {
+    w_name = std::max(w_name, c.name.size());
+    w_kind = std::max(w_kind, std::string(sdk::component_kind_name(c.kind)).size());
+    w_version = std::max(w_version, c.plugin_version.size());
+    w_plugin = std::max(w_plugin, c.plugin.size());
+  }
+  auto row = [&](const std::string& a, const std::string& b, const std::string& c, const std::string& d,
+                 const std::string& e) {
+    os << std::left << std::setw(static_cast<int>(w_name) + 2) << a << std::setw(static_cast<int>(w_kind) + 2) << b
+       << std::setw(static_cast<int>(w_version) + 2) << c << std::setw(static_cast<int>(w_plugin) + 2) << d << e << "\n";
+  };
+  row("NAME", "KIND", "VERSION", "PLUGIN", "FILE");
+  for (const auto& c : components) row(c.name, sdk::component_kind_name(c.kind), c.plugin_version, c.plugin, c.file);
+  if (components.empty()) os << "(no plugins found)\n";
+}
+
+int run(const Options& opt) {
+  if (opt.config_reference) {
+    std::cout << config_reference_markdown();
+    return kExitOk;
+  }
+  // Configuration: defaults -> files -> --set; CLI flags are --set overrides applied last.
+  sdk::ConfigValue config = load_job_config(opt.configs, opt.sets, opt.log_level, opt.resume);
+  if (!opt.plugin_paths.empty()) {
+    // --plugin-path dirs are searched before plugins.paths.
+    sdk::ConfigValue* plugins = config.find("plugins");
+    sdk::ConfigValue* paths = plugins ? plugins->find("paths") : nullptr;
+    if (paths && paths->is_sequence()) {
+      std::vector<sdk::ConfigValue> merged;
+      for (const auto& p : opt.plugin_paths)
+        merged.push_back(sdk::ConfigValue::make_scalar(p, sdk::SourceLocation{"--plugin-path", 0, 0}));
+      for (const auto& item : paths->items()) merged.push_back(item);
+      paths->items() = std::move(merged);
+    }
+  }
+  fill_rollout_backend_defaults(config);
+  // The configuration was checked once here, not N times in the ranks.
+  if (opt.nproc > 1) return launch_local_ranks(opt);
+
+  if (opt.print_config) {
+    std::cout << to_yaml(config);
+    return kExitOk;
+  }
+
+  PluginRegistry registry(plugin_search_path(config, opt.configs));
+  if (opt.list_plugins) {
+    load_configured_plugins(registry, config);
+    const auto failures = registry.load_all();
+    print_plugin_table(registry, std::cout);
+    for (const auto& f : failures) spdlog::error("{}", f.message);
+    if (!failures.empty()) {
+      spdlog::error("{} plugin file(s) failed to load (listed above)", failures.size());
+      return kExitPlugin;
+    }
+    return kExitOk;
+  }
+
+  if (opt.validate) {
+    log_blas_status();
+    // The policy's files first: their errors name model.path, not the backend option filled from it.
+    const PolicySpec policy = policy_spec(config);
+    const PolicyFiles files = check_policy_files(policy);
+    load_configured_plugins(registry, config);
+    RuntimeComponents components = create_components(registry, config);
+    const AlgorithmSettings algorithm = algorithm_settings(config);
+    std::vector<std::string> names;
+    for (const auto& v : components.verifiers) names.push_back(v.key_path + "=" + v.name);
+    for (const auto& c : components.configured_slots()) names.push_back(c);
+    std::cout << "config OK: " << (opt.configs.empty() ? std::string("(defaults)") : join(opt.configs, ", ")) << "\n"
+              << "components: " << (names.empty() ? std::string("(none configured)") : join(names, ", ")) << "\n"
+              << "algorithm: " << describe(algorithm) << "\n"
+              << "model: " << (policy.model_path.empty() ? std::string("(none configured)")
+                                                         : policy.model_path + " (" + architecture_name(files.model_config.architecture) + ")")
+              << "\n"
+              << "tokenizer: " << (files.tokenizer ? policy.tokenizer_path + " (" + std::to_string(files.tokenizer->vocab_size()) + " ids, chat template " + policy.chat_template_name + ")"
+                                                   : std::string("(none configured)"))
+              << "\n";
+    return kExitOk;
+  }
+
+  // Data parallel: which rank this is (torchrun, Slurm, OpenMPI or --nproc variables).
+  const dist::DistOptions dist_opts = dist::dist_options(config);
+  dist::WorldInfo world;
+  try {
+    world = dist::discover_world(dist::process_environment(), dist_opts.launcher);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error("data-parallel launch (dist.launcher = " + dist_opts.launcher + "): " + e.what());
+  }
+  if (world.distributed()) {
+    set_log_rank(world.rank);
+    // Each rank computes with its share of the cores unless the launcher chose (torchrun sets
+    // OMP_NUM_THREADS=1).
+    if (!std::getenv("OMP_NUM_THREADS")) {
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      at::set_num_threads(std::max(1, cores / std::max(1, world.local_world_size)));
+    }
+  }
+
+  // The training job. Prepare the run directory: effective config, then the log file (rank 0).
+  if (world.rank == 0) prepare_run_dir(config);
+  log_blas_status();
+  const TrainingJobSettings job = training_job_settings(config);  // every setting the job reads, once
+  const PolicySpec policy_config = policy_spec(config);
+  check_policy_files(policy_config);  // errors name model.path, before the backend loads it
+  load_configured_plugins(registry, config);
+  RuntimeComponents components = create_components(registry, config);
+  spdlog::info("constructed {} verifier(s) and {} other component(s)", components.verifiers.size(),
+               components.configured_slots().size());
+  spdlog::info("algorithm: {}", describe(algorithm_settings(config)));
+  LoadedPolicy policy = load_policy(policy_config);
+  if (policy.model.model) {
+    int64_t parameters = 0;
+    for (const auto& p : policy.model.model->parameters()) parameters += p.numel();
+    spdlog::info("policy: {} from {} ({} parameters, {})", architecture_name(policy.model.config.architecture),
+                 policy_config.model_path, parameters, policy_config.dtype);
+  }
+  if (policy.tokenizer)
+    spdlog::info("tokenizer: {} ({} ids), chat template {}", policy_config.tokenizer_path,
+                 policy.tokenizer->vocab_size(), policy_config.chat_template_name);
+  std::unique_ptr<dist::Distributed> distributed;
+  if (world.distributed()) distributed = std::make_unique<dist::Distributed>(world, dist_opts, /*tensors_on_cuda=*/false);
+  run_training(job, config, components, policy, policy_config, distributed.get());
+  return kExitOk;
+}
+
+}  // namespace
+
+int grpo_run_main(int argc, char** argv) {
+  Options opt;
+  opt.argv.assign(argv, argv + argc);
+  po::options_description desc(kUsage);
+  bool show_help = false, show_version = false;
+  // clang-format off
+  desc.add_options()
+    ("help,h", po::bool_switch(&show_help), "show this help and the exit codes")
+    ("version", po::bool_switch(&show_version), "print version and ABI information")
+    ("config,c", po::value(&opt.configs)->composing(), "YAML config file; repeatable, later files win")
+    ("set,s", po::value(&opt.sets)->composing(), "override a key: --set a.b.c=VALUE (VALUE is YAML); repeatable")
+    ("print-config", po::bool_switch(&opt.print_config), "print the effective config as YAML and exit")
+    ("validate", po::bool_switch(&opt.validate), "parse the config, load every named plugin, construct every component, then exit")
+    ("resume", po::bool_switch(&opt.resume), "continue the run in run.output_dir from its latest complete checkpoint (same as --set run.resume=true)")
+    ("list-plugins", po::bool_switch(&opt.list_plugins), "list the components of every plugin on the search path")
+    ("plugin-path", po::value(&opt.plugin_paths)->composing(), "a folder searched for plugins before all others; repeatable")
+    ("log-level", po::value(&opt.log_level), "trace, debug, info, warn or error (same as --set log.level=...)")
+    ("config-reference", po::bool_switch(&opt.config_reference), "print the configuration reference (docs/config.md)")
+    ("nproc", po::value(&opt.nproc), "train with N data-parallel ranks on this machine (spawns N processes, torchrun-style; docs/distributed.md)");
+  // clang-format on
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+    po::notify(vm);
+    if (vm.count("nproc") && opt.nproc < 1) throw po::error("--nproc takes a number of ranks >= 1, got " + std::to_string(opt.nproc));
+  } catch (const po::error& e) {
+    std::cerr << "grpo-run: " << e.what() << "\nTry 'grpo-run --help'.\n";
+    return kExitUsage;
+  }
+  if (show_help) {
+    std::cout << desc << exit_codes();
+    return kExitOk;
+  }
+  if (show_version) {
+    std::cout << "grpo-run " << GRPO_VERSION_STRING << " (plugin ABI " << host_abi_string() << ")\n";
+    return kExitOk;
+  }
+  const int modes = int(opt.print_config) + int(opt.validate) + int(opt.list_plugins) + int(opt.config_reference);
+  if (modes > 1) {
+    std::cerr << "grpo-run: --print-config, --validate, --list-plugins and --config-reference exclude each other\n";
+    return kExitUsage;
+  }
+  if (opt.nproc > 0 && modes > 0) {
+    std::cerr << "grpo-run: --nproc only applies to training, not to --print-config, --validate, --list-plugins or --config-reference\n";
+    return kExitUsage;
+  }
+  // Everything after the command line is grpo-run's job: a failure that is not a
+  // configuration, plugin, data or usage error is a runtime error (5). Logged, so that it
+  // also reaches the log file.
+  return run_guarded(
+      [&] {
+        int code = kExitOk;
+        run_job([&] { code = run(opt); });
+        return code;
+      },
+      [](const ExitStatus& status) { spdlog::error("{}", status.message); });
+}
+
+}  // namespace grpo::cli

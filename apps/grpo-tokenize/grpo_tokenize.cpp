@@ -1,0 +1,228 @@
+#include "apps/grpo-tokenize/grpo_tokenize.h"
+
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apps/cli/exit_codes.h"
+#include "core/tokenizer/chat_template.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/util/json_limits.h"
+#include "core/util/strings.h"
+
+namespace grpo::cli {
+
+using namespace grpo::core;
+
+namespace {
+
+constexpr const char* kUsage = R"(Usage: grpo-tokenize --tokenizer DIR_OR_FILE [options] < input > output
+
+Reads one JSON value per line on stdin and writes one JSON value per line on stdout.
+  default    each line is a JSON string; prints its token ids as a JSON array
+  --decode   each line is a JSON array of ids; prints the decoded text as a JSON string
+  --chat     each line is a messages list [{"role": "user", "content": "..."}, ...];
+             renders it with --template, then prints the token ids
+
+Options:
+  --tokenizer PATH         a folder with tokenizer.json (+ tokenizer_config.json) or a tokenizer.json
+  --decode                 decode ids instead of encoding text
+  --chat                   render chat messages with the template, then encode
+  --template NAME          chat template: chatml (default), llama3, none
+  --render                 with --chat: print the rendered text (JSON string) instead of ids
+  --no-generation-prompt   with --chat: do not append the assistant generation prompt
+  --add-special-tokens     apply the tokenizer's post-processor (e.g. Llama-3's BOS)
+  --skip-special-tokens    with --decode: leave special tokens out of the text
+  --tokens                 print token strings (byte-level form) instead of ids
+  -h, --help               this help
+
+Examples:
+  echo '"Hello world"' | grpo-tokenize --tokenizer .cache/reference-tokenizers/qwen3
+  echo '[9707, 1879]' | grpo-tokenize --tokenizer .cache/reference-tokenizers/qwen3 --decode
+  echo '[{"role":"user","content":"2+2?"}]' | grpo-tokenize --tokenizer DIR --chat --render
+)";
+
+const std::string& exit_codes() {
+  static const std::string text = exit_codes_help(
+      {{kExitOk},
+       {kExitInternal},
+       {kExitUsage},
+       {kExitConfig, "the tokenizer files are missing or invalid (the message names the file and JSON key)"},
+       {kExitBadInput, "an input line is not what the mode expects (the message names the line number)"}});
+  return text;
+}
+
+struct Options {
+  std::string tokenizer;
+  std::string template_name = "chatml";
+  bool decode = false, chat = false, render = false, generation_prompt = true;
+  bool add_special = false, skip_special = false, tokens = false, help = false;
+};
+
+const std::vector<std::string>& flag_names() {
+  static const std::vector<std::string> names = {
+      "--tokenizer", "--decode", "--chat", "--template", "--render", "--no-generation-prompt",
+      "--add-special-tokens", "--skip-special-tokens", "--tokens", "--help"};
+  return names;
+}
+
+// Returns an error message, or "" on success.
+std::string parse_args(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string value;
+    bool has_inline = false;
+    if (starts_with(a, "--") && a.find('=') != std::string::npos) {
+      value = a.substr(a.find('=') + 1);
+      a = a.substr(0, a.find('='));
+      has_inline = true;
+    }
+    auto take_value = [&](std::string& dst) -> std::string {
+      if (has_inline) {
+        dst = value;
+        return "";
+      }
+      if (i + 1 >= argc) return "option " + a + " needs a value";
+      dst = argv[++i];
+      return "";
+    };
+    auto no_value = [&]() -> std::string { return has_inline ? "option " + a + " takes no value" : ""; };
+    std::string err;
+    if (a == "--tokenizer") err = take_value(o.tokenizer);
+    else if (a == "--template") err = take_value(o.template_name);
+    else if (a == "--decode") { err = no_value(); o.decode = true; }
+    else if (a == "--chat") { err = no_value(); o.chat = true; }
+    else if (a == "--render") { err = no_value(); o.render = true; }
+    else if (a == "--no-generation-prompt") { err = no_value(); o.generation_prompt = false; }
+    else if (a == "--add-special-tokens") { err = no_value(); o.add_special = true; }
+    else if (a == "--skip-special-tokens") { err = no_value(); o.skip_special = true; }
+    else if (a == "--tokens") { err = no_value(); o.tokens = true; }
+    else if (a == "-h" || a == "--help") o.help = true;
+    else return "unknown option '" + a + "'" + did_you_mean(a, flag_names());
+    if (!err.empty()) return err;
+  }
+  if (o.help) return "";
+  if (o.tokenizer.empty()) return "--tokenizer DIR_OR_FILE is required";
+  if (o.decode && o.chat) return "--decode and --chat cannot be combined";
+  if (o.render && !o.chat) return "--render needs --chat";
+  return "";
+}
+
+}  // namespace
+
+int grpo_tokenize_run(int argc, char** argv, std::istream& in, std::ostream& out, std::ostream& err) {
+  using json = nlohmann::json;
+  Options o;
+  std::string usage_error = parse_args(argc, argv, o);
+  if (o.help) {
+    out << kUsage << exit_codes();
+    return kExitOk;
+  }
+  if (!usage_error.empty()) {
+    err << "grpo-tokenize: " << usage_error << "\n(see grpo-tokenize --help)\n";
+    return kExitUsage;
+  }
+  try {
+    chat_template_jinja(o.template_name);
+  } catch (const TokenizerError& e) {
+    err << "grpo-tokenize: --template: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  std::optional<Tokenizer> loaded;
+  try {
+    loaded.emplace(Tokenizer::load(o.tokenizer));
+  } catch (const TokenizerError& e) {
+    err << "grpo-tokenize: " << e.what() << "\n";
+    return kExitConfig;
+  }
+  const Tokenizer& tok = *loaded;
+  try {
+    std::string line;
+    std::size_t line_no = 0;
+    auto bad_line = [&](const std::string& what) {
+      out.flush();
+      err << "grpo-tokenize: stdin line " << line_no << ": " << what << "\n";
+      return kExitBadInput;
+    };
+    auto write_ids = [&](const std::vector<int>& ids) {
+      json arr = json::array();
+      for (int id : ids) {
+        if (o.tokens)
+          arr.push_back(tok.id_to_token(id));
+        else
+          arr.push_back(id);
+      }
+      out << arr.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+    };
+    while (std::getline(in, line)) {
+      ++line_no;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (o.chat) {
+        std::vector<ChatMessage> messages;
+        try {
+          messages = chat_messages_from_json(line);
+        } catch (const TokenizerError& e) {
+          return bad_line(e.what());
+        }
+        try {
+          std::string text = render_chat(o.template_name, messages, o.generation_prompt);
+          if (o.render)
+            out << json(text).dump() << "\n";
+          else
+            write_ids(tok.encode(text, EncodeOptions{o.add_special}));
+        } catch (const TokenizerError& e) {
+          return bad_line(e.what());
+        }
+        continue;
+      }
+      if (auto deep = json_nesting_error(line)) return bad_line(*deep);
+      json j;
+      try {
+        j = json::parse(line);
+      } catch (const json::parse_error& e) {
+        return bad_line(std::string(o.decode ? "expected a JSON array of token ids" : "expected a JSON string") +
+                        " (invalid JSON: " + e.what() + ")");
+      }
+      if (o.decode) {
+        if (!j.is_array()) return bad_line(std::string("expected a JSON array of token ids, got ") + j.type_name());
+        std::vector<int> ids;
+        for (std::size_t k = 0; k < j.size(); ++k) {
+          if (!j[k].is_number_integer() || j[k].get<long long>() < 0 || j[k].get<long long>() >= tok.vocab_size())
+            return bad_line("element " + std::to_string(k) + ": expected a token id in 0.." +
+                            std::to_string(tok.vocab_size() - 1) + ", got " + j[k].dump());
+          ids.push_back(j[k].get<int>());
+        }
+        std::string text;
+        try {
+          text = tok.decode(ids, DecodeOptions{o.skip_special});
+        } catch (const TokenizerError& e) {
+          return bad_line(e.what());
+        }
+        out << json(text).dump() << "\n";
+      } else {
+        if (!j.is_string()) return bad_line(std::string("expected a JSON string, got ") + j.type_name());
+        try {
+          write_ids(tok.encode(j.get<std::string>(), EncodeOptions{o.add_special}));
+        } catch (const TokenizerError& e) {  // e.g. invalid UTF-8 in the string
+          return bad_line(e.what());
+        }
+      }
+    }
+    out.flush();
+    return kExitOk;
+  } catch (...) {
+    const ExitStatus status = exit_status_of(std::current_exception());
+    err << "grpo-tokenize: " << status.message << "\n";
+    return status.code;
+  }
+}
+
+int grpo_tokenize_main(int argc, char** argv) {
+  std::ios::sync_with_stdio(false);
+  return grpo_tokenize_run(argc, argv, std::cin, std::cout, std::cerr);
+}
+
+}  // namespace grpo::cli

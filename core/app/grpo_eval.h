@@ -1,9 +1,0 @@
-// grpo-eval: evaluates one or more models on data.eval exactly as grpo-run's evaluation does
-// (run_evaluation in core/train/trainer.h) and prints their metrics side by side.
-#pragma once
-
-namespace grpo::core {
-
-int grpo_eval_main(int argc, char** argv);
-
-}  // namespace grpo::core

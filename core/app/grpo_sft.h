@@ -1,8 +1,0 @@
-// grpo-sft: the supervised warm start before GRPO (core/train/sft.h).
-#pragma once
-
-namespace grpo::core {
-
-int grpo_sft_main(int argc, char** argv);
-
-}  // namespace grpo::core

@@ -1,0 +1,29 @@
+// Where a run keeps its checkpoints: RUN_DIR/checkpoints/step_000010/, one Hugging Face model
+// folder per saved step (core/model/checkpoint.h writes its model files; the trainer adds its
+// resume state, core/train/train_state.h). A folder counts as complete only once its
+// trainer_state.json exists, which the trainer writes last. Used by the trainer, by
+// `model.path: RUN_DIR` (the newest checkpoint of a run) and by the apps.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace grpo::core {
+
+inline constexpr const char* kCheckpointStateFile = "trainer_state.json";
+
+std::string checkpoint_root(const std::string& run_dir);                     // RUN_DIR/checkpoints
+std::string checkpoint_step_name(std::int64_t step);                         // step_000010
+std::string checkpoint_path(const std::string& run_dir, std::int64_t step);  // .../step_000010
+
+// Complete checkpoints (step, folder), oldest first.
+std::vector<std::pair<std::int64_t, std::filesystem::path>> complete_checkpoints(const std::string& run_dir);
+
+// The newest complete checkpoint folder under RUN_DIR/checkpoints, if any.
+std::optional<std::string> latest_checkpoint(const std::string& run_dir);
+
+}  // namespace grpo::core

@@ -1,0 +1,26 @@
+#include "core/model/projection.h"
+
+namespace grpo::core {
+
+const char* projection_name(ProjectionRole role) {
+  switch (role) {
+    case ProjectionRole::kQuery: return "q_proj";
+    case ProjectionRole::kKey: return "k_proj";
+    case ProjectionRole::kValue: return "v_proj";
+    case ProjectionRole::kOutput: return "o_proj";
+    case ProjectionRole::kGate: return "gate_proj";
+    case ProjectionRole::kUp: return "up_proj";
+    case ProjectionRole::kDown: return "down_proj";
+    case ProjectionRole::kLmHead: return "lm_head";
+  }
+  return "projection";
+}
+
+ProjectionImpl::ProjectionImpl(const ProjectionSpec& spec)
+    : torch::nn::LinearImpl(torch::nn::LinearOptions(spec.in_features, spec.out_features).bias(spec.bias)), spec_(spec) {}
+
+torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) { return torch::nn::functional::linear(x, weight, bias); }
+
+Projection make_projection(const ProjectionSpec& spec) { return Projection(spec); }
+
+}  // namespace grpo::core

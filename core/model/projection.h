@@ -1,0 +1,48 @@
+// The decoder's linear projections (q/k/v/o, gate/up/down, the untied LM head), all built by
+// one factory, make_projection(). This is the seam where a LoRA adapter or a quantized weight
+// hooks in later: a projection knows its role and layer, and every matmul of a weight matrix
+// in the decoder goes through Projection::forward. llama.cpp routes its matmuls through one
+// helper for the same reason (llama-adapter), and PEFT wraps nn.Linear the same way.
+//
+// Parameters are `weight` [out, in] and, when present, `bias` [out], named and initialized
+// exactly as torch::nn::Linear's, so checkpoint keys ("...q_proj.weight") and seeded
+// initialization are those of Hugging Face's nn.Linear.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+namespace grpo::core {
+
+// What a projection is, for the factory and for anything that hooks into it later.
+enum class ProjectionRole { kQuery, kKey, kValue, kOutput, kGate, kUp, kDown, kLmHead };
+
+// The Hugging Face module name of a role ("q_proj", ..., "lm_head").
+const char* projection_name(ProjectionRole role);
+
+struct ProjectionSpec {
+  ProjectionRole role = ProjectionRole::kQuery;
+  std::int64_t layer = -1;  // decoder layer index; -1 for the LM head
+  std::int64_t in_features = 0;
+  std::int64_t out_features = 0;
+  bool bias = false;
+};
+
+class ProjectionImpl : public torch::nn::LinearImpl {
+ public:
+  explicit ProjectionImpl(const ProjectionSpec& spec);
+  // y = x W^T + b, x [..., in_features] -> [..., out_features].
+  torch::Tensor forward(const torch::Tensor& x);
+  const ProjectionSpec& spec() const { return spec_; }
+
+ private:
+  ProjectionSpec spec_;
+};
+TORCH_MODULE(Projection);
+
+// The one place the decoder's projections are constructed.
+Projection make_projection(const ProjectionSpec& spec);
+
+}  // namespace grpo::core

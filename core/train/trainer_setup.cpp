@@ -1,0 +1,108 @@
+#include "core/train/trainer_setup.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/algo/kl_penalty.h"
+#include "core/config/config_access.h"
+#include "core/config/yaml_loader.h"
+#include "core/dist/process_group.h"
+#include "core/model/checkpoint.h"
+#include "core/train/evaluation.h"
+#include "core/train/verifier_pool.h"
+
+namespace grpo::core {
+
+TrainingComponents training_components(const sdk::ConfigValue& config, const RuntimeComponents& components,
+                                       const LoadedPolicy& policy, const TrainerSettings& s,
+                                       const dist::Distributed* distributed) {
+  if (!policy.model.model) fail_at_config_key(config, {"model", "path"}, "training needs a policy model (set model.path)");
+  if (!policy.tokenizer) fail_at_config_key(config, {"tokenizer", "path"}, "training needs a tokenizer");
+  TrainingComponents out;
+  out.backend = components.rollout_backend.get();
+  out.advantage = components.advantage.get();
+  out.policy_loss = components.policy_loss.get();
+  out.kl_estimator = components.kl_estimator.get();
+  if (!out.backend) fail_at_config_key(config, {"rollout", "backend"}, "training needs a rollout backend (e.g. native)");
+  if (!out.advantage)
+    fail_at_config_key(config, {"algorithm", "advantage"}, "training needs an advantage estimator (e.g. grpo; or --config configs/algorithms/grpo.yaml)");
+  if (!out.policy_loss) fail_at_config_key(config, {"algorithm", "policy_loss"}, "training needs a policy loss (e.g. ppo_clip)");
+  if (components.verifiers.empty()) fail_at_config_key(config, {"verifiers"}, "training needs at least one verifier");
+  if (distributed && s.num_prompts < distributed->world_size())
+    fail_at_config_key(config, {"rollout", "num_unique_prompts"},
+                       "groups are never split across ranks: " + std::to_string(distributed->world_size()) +
+                           " ranks need at least " + std::to_string(distributed->world_size()) + " prompts per step, got " +
+                           std::to_string(s.num_prompts));
+  return out;
+}
+
+TrainingPrompts load_training_prompts(const TrainingJobSettings& job, const sdk::ConfigValue& config,
+                                      const RuntimeComponents& components, const Tokenizer& tokenizer) {
+  const TrainerSettings& s = job.trainer;
+  const DataOptions& data = job.data;
+  if (data.train.empty()) fail_at_config_key(config, {"data", "train"}, "training needs data: add a JSONL file to data.train");
+  TrainingPrompts out;
+  DataLoadReport train_report;
+  out.train = tokenize_prompts(load_mixture(data.train, data, s.seed, &train_report), tokenizer, s, "training");
+  if (out.train.examples.empty())
+    fail_at_config_key(config, {"data", "train"}, "no training rows left after filtering (prompts longer than rollout.max_prompt_tokens = " +
+                                            std::to_string(s.max_prompt_tokens) + " are dropped)");
+  out.eval = load_eval_prompts(config, data, tokenizer, s);
+  try {
+    check_verifier_labels(out.train.examples, components.verifiers, job.rewards);
+    check_verifier_labels(out.eval.examples, components.verifiers, job.rewards);
+  } catch (const std::invalid_argument& e) {
+    fail_at_config_key(config, {"verifiers"}, e.what());
+  }
+  spdlog::info("data: {} training rows ({} bad rows skipped), {} eval rows", out.train.examples.size(),
+               train_report.bad_rows_skipped, out.eval.examples.size());
+  return out;
+}
+
+CausalLM load_reference_model(const TrainerSettings& s, const PolicySpec& policy_spec) {
+  const torch::Dtype dtype = dtype_from_name(policy_spec.dtype, "model.dtype");
+  CausalLM reference{nullptr};
+  if (needs_reference_model(s.update.kl)) {
+    reference = load_model(policy_spec.model_path, dtype).model;
+    reference->eval();
+    for (auto& p : reference->parameters()) p.set_requires_grad(false);
+    spdlog::info("reference model loaded (algorithm.kl_coef = {})", s.update.kl.kl_coef);
+  }
+  return reference;
+}
+
+void check_ranks_agree(dist::Distributed& d, const sdk::ConfigValue& config, std::int64_t resumed_step, CausalLM& model) {
+  dist::Communicator& comm = d.train();
+  const std::vector<std::string> configs = comm.all_gather_bytes(to_yaml(config), "configuration check");
+  for (std::size_t r = 1; r < configs.size(); ++r)
+    if (configs[r] != configs[0]) {
+      std::istringstream a(configs[0]), b(configs[r]);
+      std::string la, lb;
+      int line = 0;
+      while (true) {
+        ++line;
+        const bool ga = static_cast<bool>(std::getline(a, la)), gb = static_cast<bool>(std::getline(b, lb));
+        if (!ga && !gb) break;
+        if (la != lb || ga != gb) break;
+      }
+      throw std::runtime_error("rank " + std::to_string(r) + " runs a different configuration than rank 0: line " +
+                               std::to_string(line) + " of the effective configuration is '" + lb + "' there and '" + la +
+                               "' on rank 0. Launch every rank with the same --config and --set options.");
+    }
+  const std::vector<std::string> steps = comm.all_gather_bytes(std::to_string(resumed_step), "resume check");
+  for (std::size_t r = 1; r < steps.size(); ++r)
+    if (steps[r] != steps[0])
+      throw std::runtime_error("rank " + std::to_string(r) + " resumes from step " + steps[r] + " but rank 0 from step " +
+                               steps[0] + ": run.output_dir must be one folder every rank sees (a shared filesystem)");
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> params;
+  for (auto& p : model->parameters()) params.push_back(p.detach());
+  comm.broadcast(params, 0, "initial weights from rank 0");
+}
+
+}  // namespace grpo::core

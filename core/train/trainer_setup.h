@@ -1,0 +1,64 @@
+// What the trainer checks and loads before its first step: the components, the prompts of
+// both splits (with their verifier labels), the reference model, and, data-parallel, that
+// every rank runs the same configuration from the same step and rank 0's weights.
+//
+// Everything here fails before anything is trained, with errors that point at the
+// configuration: sdk::ConfigError naming the key (through `config`, which is only used for
+// error locations and the cross-rank comparison), DataError naming a row.
+#pragma once
+
+#include <cstdint>
+
+#include "core/model/transformer.h"
+#include "core/runtime/components.h"
+#include "core/runtime/policy.h"
+#include "core/train/rollout_worker.h"
+#include "core/train/trainer_settings.h"
+#include "grpo/sdk/config_value.h"
+#include "grpo/sdk/torch/advantage.h"
+#include "grpo/sdk/torch/kl_estimator.h"
+#include "grpo/sdk/torch/policy_loss.h"
+#include "grpo/sdk/torch/rollout_backend.h"
+
+namespace grpo::core {
+
+namespace dist {
+class Distributed;
+}
+
+// The components a training run uses, not owned (`components` keeps them alive).
+struct TrainingComponents {
+  sdk::RolloutBackend* backend = nullptr;            // required
+  const sdk::AdvantageEstimator* advantage = nullptr;  // required
+  const sdk::PolicyLoss* policy_loss = nullptr;       // required
+  const sdk::KlEstimator* kl_estimator = nullptr;     // null unless configured
+};
+
+// Checks, in this order, that there is a policy model and a tokenizer, a rollout backend, an
+// advantage estimator, a policy loss and a verifier, and (data-parallel) at least one prompt
+// per rank and step. ConfigError naming the key otherwise.
+TrainingComponents training_components(const sdk::ConfigValue& config, const RuntimeComponents& components,
+                                       const LoadedPolicy& policy, const TrainerSettings& settings,
+                                       const dist::Distributed* distributed);
+
+struct TrainingPrompts {
+  PromptSet train, eval;  // eval is empty without data.eval
+};
+
+// Loads and tokenizes data.train (which must leave a row) and data.eval, checks that the
+// verifiers can route every row (check_verifier_labels) and logs the row counts.
+TrainingPrompts load_training_prompts(const TrainingJobSettings& settings, const sdk::ConfigValue& config,
+                                      const RuntimeComponents& components, const Tokenizer& tokenizer);
+
+// The frozen reference model (model.path in model.dtype, eval mode, no gradients) when the KL
+// penalty needs one (algorithm.kl_coef != 0), else an empty holder. Logged.
+CausalLM load_reference_model(const TrainerSettings& settings, const PolicySpec& policy_spec);
+
+// Data-parallel start: every rank must run the same configuration (to_yaml of `config`) and
+// resume from the same step (a run directory that is not shared shows here); then every rank
+// takes rank 0's weights. A collective: every rank calls it. std::runtime_error naming the
+// first rank that differs and the first differing line.
+void check_ranks_agree(dist::Distributed& distributed, const sdk::ConfigValue& config, std::int64_t resumed_step,
+                       CausalLM& model);
+
+}  // namespace grpo::core

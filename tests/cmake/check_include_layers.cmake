@@ -1,0 +1,56 @@
+# ctest: the include graph respects the layers of docs/architecture.md.
+#   cmake -DROOT=<source tree> -P check_include_layers.cmake
+# Rules (a quoted project include "core/<folder>/..." counts; <...> system includes do not):
+#   - the model library (core/{util,model,tokenizer}) includes nothing else of core/: the
+#     native backend plugin links it alone;
+#   - core/{util,config,plugin,model,tokenizer,data,algo,metrics} include nothing from
+#     core/{runtime,train,dist,app}: only the runtime and the trainer sit above them;
+#   - nothing in core/ includes apps/ or plugins/; the SDK includes nothing of core/, apps/,
+#     plugins/.
+# Every violation is listed as "file:line: #include ..." with the rule it breaks.
+if(NOT ROOT OR NOT IS_DIRECTORY "${ROOT}/core")
+  message(FATAL_ERROR "ROOT='${ROOT}' has no core/ folder")
+endif()
+
+set(violations "")
+set(checked 0)
+function(check_folder folder forbidden_regex rule)
+  file(GLOB_RECURSE files RELATIVE "${ROOT}" "${ROOT}/${folder}/*.h" "${ROOT}/${folder}/*.cpp" "${ROOT}/${folder}/*.inc")
+  foreach(f IN LISTS files)
+    file(STRINGS "${ROOT}/${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+    math(EXPR checked "${checked} + 1")
+    foreach(line IN LISTS lines)
+      string(REGEX MATCH "\"([^\"]+)\"" _ "${line}")
+      set(target "${CMAKE_MATCH_1}")
+      if(target MATCHES "${forbidden_regex}")
+        list(APPEND violations "${f}: ${line}   (${rule})")
+      endif()
+    endforeach()
+  endforeach()
+  set(violations "${violations}" PARENT_SCOPE)
+  set(checked ${checked} PARENT_SCOPE)
+endfunction()
+
+foreach(folder util model tokenizer)
+  check_folder("core/${folder}" "^(core/(config|plugin|data|algo|metrics|runtime|train|dist|app)/|apps/|plugins/)"
+               "the model library core/{util,model,tokenizer} includes only itself and the SDK")
+endforeach()
+foreach(folder config plugin data algo metrics)
+  check_folder("core/${folder}" "^(core/(runtime|train|dist|app)/|apps/|plugins/)"
+               "core/${folder} sits below core/{runtime,train,dist,app}")
+endforeach()
+foreach(folder runtime train dist app)
+  if(IS_DIRECTORY "${ROOT}/core/${folder}")
+    check_folder("core/${folder}" "^(apps/|plugins/)" "core/ never includes apps/ or plugins/")
+  endif()
+endforeach()
+check_folder("sdk" "^(core/|apps/|plugins/)" "the SDK stands alone")
+
+if(checked EQUAL 0)
+  message(FATAL_ERROR "no source file found under ${ROOT}/core: nothing was checked")
+endif()
+if(violations)
+  string(REPLACE ";" "\n  " listed "${violations}")
+  message(FATAL_ERROR "include layering violated:\n  ${listed}")
+endif()
+message(STATUS "ok: ${checked} files under core/ and sdk/ respect the include layers")
