@@ -211,7 +211,7 @@ int run(const Options& opt) {
   RuntimeComponents components = create_components(registry, config);
   spdlog::info("constructed {} verifier(s) and {} other component(s)", components.verifiers.size(),
                components.configured_slots().size());
-  spdlog::info("algorithm: {}", describe(algorithm_settings(config)));
+  spdlog::info("algorithm: {}", describe(job.trainer.algorithm));
   LoadedPolicy policy = load_policy(policy_config);
   if (policy.model.model) {
     int64_t parameters = 0;

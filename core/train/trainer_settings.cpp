@@ -75,7 +75,8 @@ void read_update(const sdk::ConfigValue& root, const Sections& c, TrainerSetting
     return int_at_least(root, section, key, v, min);
   };
   const sdk::ConfigView& train = c.train;
-  const AlgorithmSettings algo = algorithm_settings(root);
+  s.algorithm = algorithm_settings(root);
+  const AlgorithmSettings& algo = s.algorithm;
   UpdateOptions& u = s.update;
   u.num_epochs = at_least("train", "num_epochs", train.get_int("num_epochs", u.num_epochs), 1);
   u.num_mini_batches = at_least("train", "num_mini_batches", train.get_int("num_mini_batches", u.num_mini_batches), 1);

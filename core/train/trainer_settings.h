@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/algo/algorithm_settings.h"
 #include "core/data/dataset.h"
 #include "core/train/optimizer.h"
 #include "core/train/policy_update.h"
@@ -43,6 +44,7 @@ struct TrainerSettings {
   bool active_sampling = false;
   std::int64_t active_sampling_max_batches = 4;
 
+  AlgorithmSettings algorithm;         // algorithm.* as read (grpo-run logs describe() of it)
   UpdateOptions update;                // train.* of the policy update, with the algorithm.* settings
   OptimizerSettings optimizer;
   std::int64_t ref_update_freq = 0;
