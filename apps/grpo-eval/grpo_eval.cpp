@@ -11,6 +11,7 @@
 #include "core/plugin/plugin_registry.h"
 #include "core/runtime/components.h"
 #include "core/runtime/policy.h"
+#include "core/runtime/threads.h"
 #include "core/train/trainer.h"
 #include "core/util/fs.h"
 #include "grpo/sdk/config_view.h"
@@ -107,6 +108,7 @@ void print_table(const std::vector<ModelResult>& results, std::ostream& os) {
 }
 
 int run(const Options& opt) {
+  configure_compute_threads("compute threads");
   std::vector<ModelResult> results;
   const std::vector<std::string> models = opt.models.empty() ? std::vector<std::string>{""} : opt.models;
   for (std::size_t i = 0; i < models.size(); ++i) {

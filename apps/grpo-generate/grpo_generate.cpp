@@ -23,6 +23,7 @@
 #include "core/plugin/plugin_registry.h"
 #include "core/runtime/components.h"
 #include "core/runtime/logging.h"
+#include "core/runtime/threads.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/fs.h"
 #include "core/util/strings.h"
@@ -501,6 +502,8 @@ int run(const Options& opt) {
       report_setting_problem(origins, "stop_token_ids",
                              std::to_string(id) + " is outside the model's vocabulary [0, " +
                                  std::to_string(model_config.vocab_size) + ")");
+
+  configure_compute_threads("compute threads");
 
   // The prompts: every invalid line is reported before anything is generated.
   PromptFile prompts = read_prompts_jsonl(opt.input);

@@ -26,6 +26,7 @@
 #include "core/runtime/components.h"
 #include "core/runtime/logging.h"
 #include "core/runtime/policy.h"
+#include "core/runtime/threads.h"
 #include "core/train/trainer.h"
 #include "core/util/fs.h"
 #include "core/util/strings.h"
@@ -162,6 +163,7 @@ int run(const Options& opt) {
 
   if (opt.validate) {
     log_blas_status();
+    (void)dist::dist_options(config);  // dist.* errors (e.g. nccl in a CPU build) as training would report them
     // The policy's files first: their errors name model.path, not the backend option filled from it.
     const PolicySpec policy = policy_spec(config);
     const PolicyFiles files = check_policy_files(policy);
@@ -177,6 +179,8 @@ int run(const Options& opt) {
               << "model: " << (policy.model_path.empty() ? std::string("(none configured)")
                                                          : policy.model_path + " (" + architecture_name(files.model_config.architecture) + ")")
               << "\n"
+              << "precision: " << precision_name(policy.precision) << " (weights " << policy.dtype << ") on " << policy.device.str()
+              << (policy.device.is_cpu() ? " (CPU bf16: " + cpu_bf16_support().describe() + ")" : std::string()) << "\n"
               << "tokenizer: " << (files.tokenizer ? policy.tokenizer_path + " (" + std::to_string(files.tokenizer->vocab_size()) + " ids, chat template " + policy.chat_template_name + ")"
                                                    : std::string("(none configured)"))
               << "\n";
@@ -193,13 +197,11 @@ int run(const Options& opt) {
   }
   if (world.distributed()) {
     set_log_rank(world.rank);
-    // Each rank computes with its share of the cores unless the launcher chose (torchrun sets
-    // OMP_NUM_THREADS=1).
-    if (!std::getenv("OMP_NUM_THREADS")) {
-      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      at::set_num_threads(std::max(1, cores / std::max(1, world.local_world_size)));
-    }
+    bind_local_cuda_device(config, world.local_rank);
   }
+  // Each rank computes with its share of the cores unless OMP_NUM_THREADS says otherwise
+  // (torchrun sets 1); the trainer splits them with the rollout thread when async.
+  configure_compute_threads("compute threads", world.distributed() ? world.local_world_size : 1);
 
   // The training job. Prepare the run directory: effective config, then the log file (rank 0).
   if (world.rank == 0) prepare_run_dir(config);
@@ -216,14 +218,16 @@ int run(const Options& opt) {
   if (policy.model.model) {
     int64_t parameters = 0;
     for (const auto& p : policy.model.model->parameters()) parameters += p.numel();
-    spdlog::info("policy: {} from {} ({} parameters, {})", architecture_name(policy.model.config.architecture),
-                 policy_config.model_path, parameters, policy_config.dtype);
+    spdlog::info("policy: {} from {} ({} parameters, weights {} on {}, train.precision {}{})",
+                 architecture_name(policy.model.config.architecture), policy_config.model_path, parameters, policy_config.dtype,
+                 policy_config.device.str(), precision_name(policy_config.precision),
+                 policy_config.device.is_cpu() ? ", CPU bf16: " + cpu_bf16_support().describe() : std::string());
   }
   if (policy.tokenizer)
     spdlog::info("tokenizer: {} ({} ids), chat template {}", policy_config.tokenizer_path,
                  policy.tokenizer->vocab_size(), policy_config.chat_template_name);
   std::unique_ptr<dist::Distributed> distributed;
-  if (world.distributed()) distributed = std::make_unique<dist::Distributed>(world, dist_opts, /*tensors_on_cuda=*/false);
+  if (world.distributed()) distributed = std::make_unique<dist::Distributed>(world, dist_opts, policy_config.device.is_cuda());
   run_training(job, config, components, policy, policy_config, distributed.get());
   return kExitOk;
 }

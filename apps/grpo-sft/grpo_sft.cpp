@@ -9,6 +9,7 @@
 #include "core/model/checkpoint.h"
 #include "core/runtime/blas_check.h"
 #include "core/runtime/policy.h"
+#include "core/runtime/threads.h"
 #include "core/train/sft.h"
 
 namespace grpo::cli {
@@ -68,6 +69,7 @@ int run(const Options& opt) {
   const SftSettings settings = sft_settings(config);  // key errors before anything is written
   prepare_run_dir(config);
   log_blas_status();
+  configure_compute_threads("compute threads");
   const PolicySpec spec = policy_spec(config);
   LoadedPolicy policy = sft_policy(spec, settings.random_init);
   run_job([&] { run_sft(settings, config, policy, spec); });

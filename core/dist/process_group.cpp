@@ -72,6 +72,13 @@ DistOptions dist_options(const sdk::ConfigValue& root) {
   DistOptions o;
   o.launcher = view.get_choice("launcher", "auto", {"auto", "torchrun", "slurm", "mpi", "none"});
   o.backend = view.get_choice("backend", "auto", {"auto", "gloo", "nccl"});
+#if !(defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL))
+  // Before any model is loaded, and before a launch: this build cannot create the group.
+  if (o.backend == "nccl")
+    fail_at_config_key(root, {"dist", "backend"},
+                       "nccl needs a build against a LibTorch with CUDA and NCCL, and this one has neither (Debian's libtorch-dev "
+                       "is CPU-only): use gloo or auto, or rebuild with -DGRPO_WITH_CUDA=AUTO and a CUDA LibTorch (docs/precision.md)");
+#endif
   auto positive = [&](const char* key, double fallback) {
     const double v = view.get_double(key, fallback);
     if (!std::isfinite(v) || v <= 0) fail_at_config_key(root, {"dist", key}, "expected a number > 0, got " + std::to_string(v));

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "core/model/precision.h"
+
 namespace grpo::core {
 
 namespace {
@@ -22,7 +24,13 @@ void check_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, cons
   if (!(options.temperature > 0)) throw std::invalid_argument("token_logprobs: temperature must be > 0");
 }
 
-// Logits of one chunk in float32: (h W^T) / temperature, the matmul in the weight's dtype.
+// The LM head in the dtype its matmuls run in: the weight itself, or (bf16-mixed: autocast on)
+// one bf16 copy of the float32 master for the whole call instead of one per chunk.
+torch::Tensor compute_weight(const torch::Tensor& weight, torch::Dtype compute) {
+  return compute == weight.scalar_type() ? weight : weight.to(compute);
+}
+
+// Logits of one chunk in float32: (h W^T) / temperature, the matmul in `weight`'s dtype.
 torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight, double temperature) {
   auto z = torch::matmul(h.to(weight.scalar_type()), weight.t()).to(torch::kFloat32);
   return temperature == 1.0 ? z : z / temperature;
@@ -35,6 +43,9 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
   static variable_list forward(AutogradContext* ctx, torch::Tensor hidden, torch::Tensor weight,
                                torch::Tensor targets, int64_t chunk, double temperature, bool with_entropy) {
     const int64_t n = hidden.size(0);
+    // Explicit casts instead of autocast's: the backward below runs wherever autograd runs it.
+    const torch::Dtype compute = autocast_compute_dtype(weight);
+    const torch::Tensor w = compute_weight(weight, compute);
     auto logp = torch::empty({n}, hidden.options().dtype(torch::kFloat32));
     auto lse = torch::empty({n}, hidden.options().dtype(torch::kFloat32));
     auto entropy = with_entropy ? torch::empty({n}, hidden.options().dtype(torch::kFloat32))
@@ -43,7 +54,7 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
     // matmul's own output in the weight's dtype when that is not float32).
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
-      auto z = chunk_logits(hidden.narrow(0, start, len), weight, temperature);
+      auto z = chunk_logits(hidden.narrow(0, start, len), w, temperature);
       auto l = torch::logsumexp(z, -1, /*keepdim=*/true);
       lse.narrow(0, start, len).copy_(l.squeeze(1));
       z.sub_(l);  // now log-softmax
@@ -54,6 +65,7 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["with_entropy"] = with_entropy;
+    ctx->saved_data["compute_dtype"] = static_cast<int64_t>(compute);
     if (!with_entropy) ctx->mark_non_differentiable({entropy});
     return {logp, entropy};
   }
@@ -64,6 +76,9 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const double temperature = ctx->saved_data["temperature"].toDouble();
     const bool with_entropy = ctx->saved_data["with_entropy"].toBool();
+    const auto compute = static_cast<torch::Dtype>(ctx->saved_data["compute_dtype"].toInt());
+    const torch::Tensor w = compute_weight(weight, compute);
+    const bool mixed = compute != weight.scalar_type();
     auto g_logp = grads[0];
     auto g_ent = with_entropy ? grads[1] : torch::Tensor();
     const bool need_h = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
@@ -74,7 +89,7 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
       auto h = hidden.narrow(0, start, len);
-      auto z = chunk_logits(h, weight, temperature);
+      auto z = chunk_logits(h, w, temperature);
       z.sub_(lse.narrow(0, start, len).unsqueeze(1));  // log p
       auto gz = z.exp();                                 // p
       if (g_ent.defined()) {
@@ -91,8 +106,11 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
       }
       if (g_ent.defined()) gz.add_(z);
       if (temperature != 1.0) gz.div_(temperature);
-      if (need_h) grad_h.narrow(0, start, len).copy_(torch::matmul(gz.to(weight.scalar_type()), weight));
-      if (need_w) grad_w.addmm_(gz.t(), h.to(torch::kFloat32));
+      if (need_h) grad_h.narrow(0, start, len).copy_(torch::matmul(gz.to(compute), w));
+      // bf16-mixed: the weight gradient's product in bf16 too (as autocast's linear would),
+      // accumulated over chunks in float32.
+      if (need_w && mixed) grad_w.add_(torch::matmul(gz.t().to(compute), h.to(compute)));
+      if (need_w && !mixed) grad_w.addmm_(gz.t(), h.to(torch::kFloat32));
     }
     if (need_w) grad_w = grad_w.to(weight.scalar_type());
     return {grad_h, grad_w, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};

@@ -73,7 +73,12 @@ void fill_rollout_backend_defaults(sdk::ConfigValue& root) {
   fill("model", model_path);
   const sdk::ConfigValue* tokenizer_path = find_config_node(root, {"tokenizer", "path"});
   fill("tokenizer", tokenizer_path && tokenizer_path->is_scalar() && !tokenizer_path->scalar().empty() ? tokenizer_path : model_path);
+  // The engine computes in bf16 under bf16-mixed (its weights are bf16 copies of the masters).
+  const sdk::ConfigValue* precision = find_config_node(root, {"train", "precision"});
+  if (precision && precision->is_scalar() && precision->scalar() == "bf16-mixed" && !backend->find("dtype"))
+    backend->set("dtype", sdk::ConfigValue::make_scalar("bfloat16", precision->location()), precision->location());
   fill("dtype", find_config_node(root, {"model", "dtype"}));
+  fill("device", find_config_node(root, {"model", "device"}));
   if (!backend->find("logprobs"))
     backend->set("logprobs", sdk::ConfigValue::make_scalar("scaled", model_path->location()), model_path->location());
 }

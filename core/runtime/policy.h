@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/model/checkpoint.h"
+#include "core/model/precision.h"
 #include "core/tokenizer/tokenizer.h"
 #include "grpo/sdk/config_value.h"
 
@@ -13,7 +14,9 @@ namespace grpo::core {
 
 struct PolicySpec {
   std::string model_path;          // "" = no model configured
-  std::string dtype = "float32";   // model.dtype
+  std::string dtype = "float32";   // model.dtype: what the weights are stored (loaded, updated, saved) in
+  Precision precision = Precision::kFp32;  // train.precision, resolved against model.dtype
+  torch::Device device = torch::kCPU;      // model.device (data-parallel: see bind_local_cuda_device)
   std::string tokenizer_path;      // resolved: tokenizer.path, else model.path
   std::string chat_template_name;  // tokenizer.chat_template_name
   const sdk::ConfigValue* model_node = nullptr;      // for error locations
@@ -26,8 +29,23 @@ struct PolicySpec {
 // right after the configuration is loaded.
 void resolve_model_path(sdk::ConfigValue& root);
 
-// Reads model.* and tokenizer.* of a validated configuration.
+// Reads model.*, tokenizer.* and train.precision of a validated configuration, and checks
+// them before any model is loaded (sdk::ConfigError naming the key):
+//   train.precision auto = fp32 for model.dtype float32, bf16 for bfloat16; fp32 and
+//   bf16-mixed need float32 weights (the masters), bf16 needs model.dtype bfloat16;
+//   model.device cpu | cuda | cuda:N must exist in this build and on this machine.
+// A bf16 precision on a CPU without avx512_bf16/amx_bf16 is a warning: it runs, slowly.
 PolicySpec policy_spec(const sdk::ConfigValue& root);
+
+// train.precision resolved against model.dtype (the rules and errors of policy_spec).
+Precision training_precision(const sdk::ConfigValue& root);
+
+// model.device of a validated configuration as a device that exists (errors as policy_spec).
+torch::Device policy_device(const sdk::ConfigValue& root);
+
+// A data-parallel rank's device: model.device `cuda` (and the rollout backend's `device` when
+// it is `cuda`) becomes cuda:LOCAL_RANK, so the ranks of a host use one GPU each.
+void bind_local_cuda_device(sdk::ConfigValue& root, int local_rank);
 
 struct PolicyFiles {
   ModelConfig model_config;

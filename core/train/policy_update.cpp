@@ -102,6 +102,8 @@ std::vector<std::vector<const SampleRef*>> pack_refs(const std::vector<const Sam
 void logprobs_into(CausalLM& model, const std::vector<const SampleRef*>& refs, const UpdateOptions& o,
                    std::vector<std::vector<float>>* out) {
   torch::NoGradGuard no_grad;
+  // Its own scope: casts made without grad must not be reused by a training pass.
+  const ComputePrecisionScope precision(o.precision, model->lm_head_weight().device());
   for (const auto& mb : pack_refs(refs, o)) {
     const std::int64_t width = response_width(mb);
     // Read back on the host: the rows are std::vector<float>.
@@ -504,7 +506,12 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
       optimizer.zero_grad();
       policy->zero_grad(/*set_to_none=*/true);
       double loss_sum = 0.0;
-      for (std::size_t i = 0; i < mb.micro.size(); ++i) loss_sum += micro_batch_pass(c, mb, i, entropy_pass, totals);
+      {
+        // bf16-mixed: each weight is cast to bf16 once for all micro-batches of the optimizer
+        // step; the scope ends (and drops the casts) before the weights change.
+        const ComputePrecisionScope precision(o.precision, device);
+        for (std::size_t i = 0; i < mb.micro.size(); ++i) loss_sum += micro_batch_pass(c, mb, i, entropy_pass, totals);
+      }
       optimizer_step(c, optimizer, after_optimizer_step, loss_sum, totals, result);
     }
   }

@@ -22,6 +22,7 @@
 #include "core/algo/loss_aggregation.h"
 #include "core/algo/mismatch_correction.h"
 #include "core/algo/modes.h"
+#include "core/model/precision.h"
 #include "core/model/transformer.h"
 #include "core/train/rollout_batch.h"
 #include "grpo/sdk/torch/kl_estimator.h"
@@ -54,6 +55,9 @@ struct UpdateOptions {
   KlSettings kl;
   MismatchCorrectionOptions mismatch;
   bool with_entropy = true;  // objective/entropy (no grad; computed in the first pass)
+  // train.precision: under bf16-mixed every forward here (the no-grad passes too) runs in a
+  // ComputePrecisionScope; the models' own dtypes decide fp32 and bf16.
+  Precision precision = Precision::kFp32;
 };
 
 // Data-parallel training (core/dist): this rank holds groups [first_group, first_group +

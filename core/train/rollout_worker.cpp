@@ -1,5 +1,7 @@
 #include "core/train/rollout_worker.h"
 
+#include <ATen/Parallel.h>
+
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -62,10 +64,13 @@ PromptSet tokenize_prompts(std::vector<Example> examples, const Tokenizer& token
   return out;
 }
 
-sdk::NamedTensors weight_snapshot(CausalLM& model) {
+sdk::NamedTensors weight_snapshot(CausalLM& model, std::optional<torch::Dtype> dtype) {
   torch::NoGradGuard no_grad;
   sdk::NamedTensors out;
-  for (const auto& p : model->named_parameters()) out.emplace_back(p.key(), p.value().detach().clone());
+  for (const auto& p : model->named_parameters()) {
+    const at::Tensor w = p.value().detach();
+    out.emplace_back(p.key(), dtype && *dtype != w.scalar_type() ? w.to(*dtype) : w.clone());  // same device: never via the host
+  }
   return out;
 }
 
@@ -127,9 +132,12 @@ std::vector<Group> generate_and_score(RolloutContext& ctx, const PromptSet& prom
 // ------------------------------------------------------------------------------ RolloutWorker
 
 RolloutWorker::RolloutWorker(RolloutContext& ctx, const PromptSet& train, PromptSampler sampler, std::int64_t start_step,
-                             std::int64_t last_step)
+                             std::int64_t last_step, int compute_threads)
     : ctx_(ctx), train_(train), sampler_(std::move(sampler)), start_step_(start_step), last_step_(last_step) {
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this, compute_threads] {
+    if (compute_threads > 0) at::set_num_threads(compute_threads);  // per thread (OpenMP's nthreads ICV)
+    loop();
+  });
 }
 
 RolloutWorker::~RolloutWorker() {

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -66,8 +67,10 @@ PromptSet tokenize_prompts(std::vector<Example> examples, const Tokenizer& token
                            const char* split);
 
 // A detached copy of every parameter of `model` (Hugging Face names), on the model's device
-// and in its dtype: what the rollout backend's update_weights receives.
-sdk::NamedTensors weight_snapshot(CausalLM& model);
+// and in its dtype (or `dtype`): what the rollout backend's update_weights receives.
+// `dtype` set: the copies are made in that dtype (bf16-mixed feeding a bf16 engine casts once
+// here, and the engine can alias the snapshot instead of casting a float32 copy again).
+sdk::NamedTensors weight_snapshot(CausalLM& model, std::optional<torch::Dtype> dtype = std::nullopt);
 
 // Everything the rollout thread and evaluation share. Not owned: the settings, backend,
 // verifiers, pool and communicator must outlive the context. The backend is used by one
@@ -121,8 +124,10 @@ struct ReadyBatch {
 // generated is finished first). Lifetimes: `ctx` and `train` must outlive the worker.
 class RolloutWorker {
  public:
+  // `compute_threads` > 0: the rollout thread's LibTorch intra-op threads (its share of the
+  // cores when it runs beside the trainer); 0 keeps the count it inherits.
   RolloutWorker(RolloutContext& ctx, const PromptSet& train, PromptSampler sampler, std::int64_t start_step,
-                std::int64_t last_step);
+                std::int64_t last_step, int compute_threads = 0);
   ~RolloutWorker();
   RolloutWorker(const RolloutWorker&) = delete;
   RolloutWorker& operator=(const RolloutWorker&) = delete;

@@ -70,6 +70,8 @@ NllSum completion_nll(CausalLM& model, const SftSet& set, const std::vector<std:
   const PackingPlan plan = plan_packing(lengths, s.pack_length);
   LogProbOptions lp_options;
   lp_options.chunk_tokens = s.logprob_chunk_tokens;
+  // bf16-mixed: one cast of each weight for all micro-batches of the call (one optimizer step).
+  const ComputePrecisionScope precision(s.precision, model->lm_head_weight().device());
   NllSum out;
   for (const auto& micro : micro_batches(plan, s.rows_per_micro_batch)) {
     std::vector<SequenceTokens> seqs;
@@ -131,6 +133,7 @@ SftSettings sft_settings(const sdk::ConfigValue& root) {
   s.rows_per_micro_batch =
       at_least("train", "per_device_train_batch_size", train.get_int("per_device_train_batch_size", s.rows_per_micro_batch), 1);
   s.logprob_chunk_tokens = at_least("train", "logprob_chunk_tokens", train.get_int("logprob_chunk_tokens", s.logprob_chunk_tokens), 1);
+  s.precision = training_precision(root);
   s.save_freq = at_least("checkpoint", "save_freq", checkpoint.get_int("save_freq", s.save_freq), 0);
   s.keep_last = at_least("checkpoint", "keep_last", checkpoint.get_int("keep_last", s.keep_last), 0);
   s.chat_template_name = tokenizer.get_string("chat_template_name", s.chat_template_name);

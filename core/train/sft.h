@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/data/dataset.h"
+#include "core/model/precision.h"
 #include "core/runtime/policy.h"
 #include "core/train/optimizer.h"
 #include "grpo/sdk/config_value.h"
@@ -32,6 +33,7 @@ struct SftSettings {
   std::int64_t pack_length = 2048;
   std::int64_t rows_per_micro_batch = 1;
   std::int64_t logprob_chunk_tokens = 1024;
+  Precision precision = Precision::kFp32;  // train.precision (resolved against model.dtype)
   std::int64_t save_freq = 0;
   std::int64_t keep_last = 2;
   std::string chat_template_name = "chatml";

@@ -1,5 +1,6 @@
 #include "core/train/trainer.h"
 
+#include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -18,6 +19,7 @@
 #include "core/dist/metric_reduction.h"
 #include "core/dist/process_group.h"
 #include "core/metrics/run_metrics.h"
+#include "core/runtime/threads.h"
 #include "core/train/advantages.h"
 #include "core/train/optimizer.h"
 #include "core/train/policy_update.h"
@@ -86,6 +88,10 @@ class Trainer {
   void stop_if_nonfinite();
   MetricList evaluate(std::int64_t step);
   void save(const char* why);
+  // The policy's weights for the rollout backend (core/train/rollout_worker.h).
+  NamedTensors snapshot() {
+    return weight_snapshot(model_, s_.bf16_weight_snapshots ? std::optional<torch::Dtype>(torch::kBFloat16) : std::nullopt);
+  }
   double lr() const {
     return s_.optimizer.learning_rate * lr_factor(s_.optimizer, state_.optimizer_steps, total_optimizer_steps_);
   }
@@ -191,8 +197,21 @@ void Trainer::run() {
 
   spdlog::info("training: steps {}..{}, {} prompts x {} samples per step, async_steps {}", state_.step + 1, s_.steps,
                s_.num_prompts, s_.group_size, s_.async_steps);
-  RolloutWorker worker(*ctx_, prompts_.train, *sampler_, state_.step, s_.steps);
-  worker.publish(state_.step, std::make_shared<const NamedTensors>(weight_snapshot(model_)));
+  // Threads: synchronous, the trainer and the rollout thread take turns, each with every
+  // thread this process has; async, they compute at once and split them (core/runtime/threads.h).
+  const int threads = at::get_num_threads();
+  int rollout_threads = threads;
+  if (s_.async_steps > 0) {
+    const auto [trainer_threads, worker_threads] = async_thread_split(threads);
+    at::set_num_threads(trainer_threads);
+    rollout_threads = worker_threads;
+    spdlog::info("threads: trainer {}, rollout {} (rollout.async_steps {} runs them at once; {} in all)", trainer_threads,
+                 rollout_threads, s_.async_steps, threads);
+  } else {
+    spdlog::info("threads: trainer and rollout take turns, {} each (rollout.async_steps 0)", threads);
+  }
+  RolloutWorker worker(*ctx_, prompts_.train, *sampler_, state_.step, s_.steps, rollout_threads);
+  worker.publish(state_.step, std::make_shared<const NamedTensors>(snapshot()));
   while (state_.step < s_.steps) train_step(worker);
 
   // No rank leaves before rank 0's final checkpoint is written: every exit code says the run is complete.
@@ -228,7 +247,7 @@ void Trainer::train_step(RolloutWorker& worker) {
   record_update(result, step, batch.position_after);
 
   const auto sync_t0 = Clock::now();
-  worker.publish(step, std::make_shared<const NamedTensors>(weight_snapshot(model_)));
+  worker.publish(step, std::make_shared<const NamedTensors>(snapshot()));
   times.snapshot_s = seconds_since(sync_t0);
 
   add_step_metrics(groups, times, step, m);
@@ -337,7 +356,7 @@ void Trainer::stop_if_nonfinite() {
 
 MetricList Trainer::evaluate(std::int64_t step) {
   if (prompts_.eval.examples.empty()) return {};
-  const NamedTensors weights = weight_snapshot(model_);
+  const NamedTensors weights = snapshot();
   return evaluate_prompts(*ctx_, prompts_.eval, &weights, step, nullptr);
 }
 

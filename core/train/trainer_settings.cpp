@@ -5,6 +5,7 @@
 
 #include "core/algo/algorithm_settings.h"
 #include "core/config/config_access.h"
+#include "core/runtime/policy.h"
 #include "grpo/sdk/config_view.h"
 
 namespace grpo::core {
@@ -101,6 +102,10 @@ void read_update(const sdk::ConfigValue& root, const Sections& c, TrainerSetting
   u.max_response_len = s.max_new_tokens;
   u.kl = algo.kl;
   u.mismatch = algo.mismatch;
+  u.precision = training_precision(root);
+  const sdk::ConfigValue* engine_dtype = find_config_node(root, {"rollout", "backend", "dtype"});
+  s.bf16_weight_snapshots = u.precision == Precision::kBf16Mixed && engine_dtype && engine_dtype->is_scalar() &&
+                            engine_dtype->scalar() == "bfloat16";
   s.optimizer = optimizer_settings(root);
   u.max_grad_norm = s.optimizer.max_grad_norm;
   s.ref_update_freq = at_least("train", "ref_update_freq", train.get_int("ref_update_freq", s.ref_update_freq), 0);

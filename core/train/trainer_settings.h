@@ -44,6 +44,9 @@ struct TrainerSettings {
   bool active_sampling = false;
   std::int64_t active_sampling_max_batches = 4;
 
+  // bf16-mixed with a native engine running bfloat16 (the default then): weight snapshots for
+  // the engine are made in bfloat16, one cast per step instead of a float32 copy and a cast.
+  bool bf16_weight_snapshots = false;
   AlgorithmSettings algorithm;         // algorithm.* as read (grpo-run logs describe() of it)
   UpdateOptions update;                // train.* of the policy update, with the algorithm.* settings
   OptimizerSettings optimizer;

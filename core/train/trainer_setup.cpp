@@ -65,13 +65,18 @@ TrainingPrompts load_training_prompts(const TrainingJobSettings& job, const sdk:
 }
 
 CausalLM load_reference_model(const TrainerSettings& s, const PolicySpec& policy_spec) {
-  const torch::Dtype dtype = dtype_from_name(policy_spec.dtype, "model.dtype");
+  // bf16-mixed: the frozen reference only computes (in bf16), so it is stored in bf16, half the
+  // memory; with Polyak updates (train.ref_update_freq) it keeps float32 weights, which small
+  // alpha * (policy - reference) steps would otherwise not move.
+  torch::Dtype dtype = dtype_from_name(policy_spec.dtype, "model.dtype");
+  if (s.update.precision == Precision::kBf16Mixed && s.ref_update_freq == 0) dtype = torch::kBFloat16;
   CausalLM reference{nullptr};
   if (needs_reference_model(s.update.kl)) {
-    reference = load_model(policy_spec.model_path, dtype).model;
+    reference = load_model(policy_spec.model_path, dtype, policy_spec.device).model;
     reference->eval();
     for (auto& p : reference->parameters()) p.set_requires_grad(false);
-    spdlog::info("reference model loaded (algorithm.kl_coef = {})", s.update.kl.kl_coef);
+    spdlog::info("reference model loaded (algorithm.kl_coef = {}, {})", s.update.kl.kl_coef,
+                 dtype == torch::kBFloat16 ? "bfloat16" : "float32");
   }
   return reference;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/model/transformer.h"
+#include "core/train/optimizer.h"
 #include "core/train/policy_update.h"
 #include "grpo/sdk/torch/kl_estimator.h"
 #include "grpo/sdk/torch/policy_loss.h"
@@ -404,3 +405,76 @@ TEST(PolicyUpdate, MicroBatchSizeDoesNotChangeTheStep) {
 }
 
 }  // namespace
+
+// ---- train.precision (core/model/precision.h, docs/precision.md)
+
+// Why bf16-mixed keeps float32 master weights. AdamW's first step moves every weight whose
+// gradient is not 0 by lr * g / (|g| + eps), i.e. by lr = 1e-5 (hand computation: m_hat = g,
+// v_hat = g^2 after bias correction). A bfloat16 weight of magnitude >= 2^-6 has neighbours
+// 2^-6 * 2^-7 = 2^-13 = 1.2e-4 apart, so a 1e-5 step rounds back to the same value: stored in
+// bf16 (train.precision bf16) the update is lost; in the float32 masters of bf16-mixed it is kept.
+TEST(PolicyUpdatePrecision, MasterWeightsKeepUpdatesBelowBf16Resolution) {
+  const std::vector<Group> groups = varied_groups(3);
+  grpo::core::OptimizerSettings adam;
+  adam.learning_rate = 1e-5;
+  adam.weight_decay = 0.0;
+  auto run_update = [&](CausalLM& model, grpo::core::Precision precision) {
+    auto optimizer = grpo::core::make_adamw(*model, adam);
+    UpdateOptions o = options();
+    o.precision = precision;
+    const UpdateResult r = grpo::core::update_policy(model, *optimizer, nullptr, groups, components(), o);
+    EXPECT_EQ(r.optimizer_steps, 1);
+  };
+  CausalLM mixed = tiny_model(5);
+  CausalLM pure = tiny_model(5);
+  pure->to(torch::kBFloat16);
+  const auto mixed_before = snapshot(mixed), pure_before = snapshot(pure);
+  run_update(mixed, grpo::core::Precision::kBf16Mixed);
+  run_update(pure, grpo::core::Precision::kBf16);
+  const auto mixed_after = snapshot(mixed), pure_after = snapshot(pure);
+
+  std::int64_t checked = 0;
+  double moved_sum = 0.0;
+  for (std::size_t i = 0; i < mixed_before.size(); ++i) {
+    ASSERT_EQ(mixed_after[i].scalar_type(), torch::kFloat32);
+    ASSERT_EQ(pure_after[i].scalar_type(), torch::kBFloat16);
+    const torch::Tensor step = (mixed_after[i] - mixed_before[i]).abs();
+    // Weights the master copy moved and that bf16 cannot move by 1e-5.
+    const torch::Tensor selected = (step > 0) & (mixed_before[i].abs() >= std::ldexp(1.0, -6));
+    checked += selected.sum().item<std::int64_t>();
+    moved_sum += step.masked_select(selected).sum().item<double>();
+    // At most lr, plus float32's own rounding of w - lr (|w| < 2: spacing <= 2.4e-7, 2.4% of lr).
+    EXPECT_LE(step.max().item<double>(), adam.learning_rate * 1.03) << "Adam's first step is at most lr";
+    EXPECT_TRUE(torch::equal(pure_after[i].masked_select(selected), pure_before[i].masked_select(selected)))
+        << "parameter " << i << ": a bf16 weight moved by an update below its resolution";
+  }
+  ASSERT_GT(checked, 500) << "too few weights to show anything";
+  EXPECT_GT(moved_sum / static_cast<double>(checked), 0.9 * adam.learning_rate) << "the masters moved by about lr each";
+}
+
+// The trainer's gradient in bf16-mixed (old log-probs recomputed in their own no-grad scope
+// first) points where float32's does: with SGD at lr 1 the step is -gradient.
+TEST(PolicyUpdatePrecision, Bf16MixedStepFollowsTheFp32Gradient) {
+  const std::vector<Group> groups = varied_groups(4);
+  UpdateOptions o = options();
+  o.old_logprobs = OldLogprobSource::kRecompute;
+  CausalLM fp32 = tiny_model(6), mixed = tiny_model(6);
+  const auto before = snapshot(fp32);
+  sgd_update(fp32, groups, o, 1.0);
+  o.precision = grpo::core::Precision::kBf16Mixed;
+  const UpdateRun run = sgd_update(mixed, groups, o, 1.0);
+  EXPECT_EQ(run.result.optimizer_steps, 1);
+  std::vector<torch::Tensor> d32, d16;
+  const auto a = snapshot(fp32), b = snapshot(mixed);
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    d32.push_back((a[i] - before[i]).to(torch::kDouble).flatten());
+    d16.push_back((b[i] - before[i]).to(torch::kDouble).flatten());
+  }
+  const torch::Tensor x = torch::cat(d32), y = torch::cat(d16);
+  const double cosine = (x * y).sum().item<double>() / (x.norm().item<double>() * y.norm().item<double>());
+  EXPECT_GE(cosine, 0.99);
+  EXPECT_GT(y.norm().item<double>(), 0.0);
+  EXPECT_FALSE(torch::equal(x, y)) << "bf16-mixed computed exactly what fp32 did";
+  // On-policy first pass: the recomputed old log-probs equal the first pass's in either precision.
+  EXPECT_NEAR(metric(run.result, "val/ratio"), 1.0, 1e-6);
+}

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "core/train/rollout_worker.h"
 #include "tests/train/rollout_fakes.h"
+#include "tests/train/trainer_fixtures.h"
 
 namespace {
 
@@ -170,6 +172,35 @@ TEST(TrainerRolloutWorker, AFailedRequestIsRethrownByNext) {
     FAIL() << "expected the generation error";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("generation failed for train.jsonl:4: prompt too long"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// What the trainer hands the rollout backend: copies (never the live parameters), on the
+// model's device, in the model's dtype or, for bf16-mixed feeding a bf16 engine, in bf16
+// (the round-to-nearest bf16 value of each float32 master).
+TEST(WeightSnapshot, CopiesInTheModelsDtypeOrTheAskedOne) {
+  grpo::core::CausalLM model = grpo::testing::tiny_test_model(2);
+  const auto params = model->named_parameters();
+  const grpo::sdk::NamedTensors same = weight_snapshot(model);
+  const grpo::sdk::NamedTensors bf16 = weight_snapshot(model, torch::kBFloat16);
+  ASSERT_EQ(same.size(), params.size());
+  ASSERT_EQ(bf16.size(), params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor& live = params[i].value();
+    EXPECT_EQ(same[i].first, params[i].key());
+    EXPECT_EQ(same[i].second.scalar_type(), torch::kFloat32);
+    EXPECT_NE(same[i].second.data_ptr(), live.data_ptr()) << "a snapshot must not alias the weights the trainer updates";
+    EXPECT_TRUE(torch::equal(same[i].second, live));
+    EXPECT_EQ(bf16[i].second.scalar_type(), torch::kBFloat16);
+    EXPECT_EQ(bf16[i].second.device(), live.device());
+    // Round to nearest with 8 significant bits: in [2^e, 2^(e+1)) values are 2^(e-7) apart,
+    // so |bf16(w) - w| <= 2^(e-8) <= 2^-8 |w|.
+    EXPECT_TRUE((bf16[i].second.to(torch::kFloat32) - live).abs().le(live.abs() * std::ldexp(1.0, -8)).all().item<bool>())
+        << params[i].key();
   }
 }
 

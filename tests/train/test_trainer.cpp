@@ -114,10 +114,14 @@ std::map<std::string, nlohmann::json> deterministic_metrics(const nlohmann::json
   return out;
 }
 
-TEST(TrainerResume, KilledRunResumesToBitIdenticalWeightsAndMetrics) {
+// In every precision whose masters are float32: bf16-mixed's casts are as deterministic as
+// float32's arithmetic, so a resumed bf16-mixed run is bit-identical too.
+class TrainerResume : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TrainerResume, KilledRunResumesToBitIdenticalWeightsAndMetrics) {
   const std::string dir = fresh_test_dir("trainer");
   const std::string config = write_config(dir, dir + "/unused");
-  const std::string common = "--config " + config +
+  const std::string common = "--config " + config + " --set train.precision=" + GetParam() +
                              " --set train.steps=6 --set checkpoint.save_freq=3 --set checkpoint.keep_last=0"
                              " --set rollout.num_unique_prompts=8 --set rollout.num_samples_per_prompt=4"
                              " --set eval.every=3 --set eval.max_prompts=20 --set algorithm.kl_estimator=k3"
@@ -150,6 +154,9 @@ TEST(TrainerResume, KilledRunResumesToBitIdenticalWeightsAndMetrics) {
     EXPECT_TRUE(torch::equal(wa[i].second, wb[i].second)) << wa[i].first;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Precisions, TrainerResume, ::testing::Values("fp32", "bf16-mixed"),
+                         [](const auto& info) { return info.param == "fp32" ? std::string("fp32") : std::string("bf16_mixed"); });
 
 // Bad input stops the run before the first step with exit code 3 and a message naming the
 // file and line or the key. In-process (grpo_run_main) to keep CI fast.
@@ -224,6 +231,32 @@ TEST_F(TrainerBadInput, PackLengthShorterThanPromptPlusResponse) {
   EXPECT_EQ(run({"train.pack_length=9"}, &out), 3) << out;
   EXPECT_NE(out.find("--set #1: train.pack_length"), std::string::npos) << out;
   EXPECT_NE(out.find("8 + 2 = 10"), std::string::npos) << out;
+}
+
+// Precision and device settings are checked before any model is loaded: model.path names a
+// folder that does not exist, so an error about anything else proves the order.
+TEST_F(TrainerBadInput, DeviceAndPrecisionErrorsComeBeforeTheModelLoads) {
+  std::string out;
+  const std::string missing = "model.path=" + dir_ + "/no-such-model";
+  EXPECT_EQ(run({missing, "model.device=cuda"}, &out), 3) << out;
+  EXPECT_NE(out.find("--set #2: model.device: \"cuda\" asked for"), std::string::npos) << out;
+  EXPECT_NE(out.find("no CUDA"), std::string::npos) << out;
+  EXPECT_EQ(run({missing, "model.device=cuda:3"}, &out), 3) << out;
+  EXPECT_NE(out.find("model.device: \"cuda:3\" asked for"), std::string::npos) << out;
+  EXPECT_EQ(run({missing, "model.device=tpu"}, &out), 3) << out;
+  EXPECT_NE(out.find("model.device: expected cpu, cuda or cuda:N, got \"tpu\""), std::string::npos) << out;
+
+  EXPECT_EQ(run({missing, "model.dtype=bfloat16", "train.precision=bf16-mixed"}, &out), 3) << out;
+  EXPECT_NE(out.find("--set #3: train.precision: bf16-mixed keeps float32 weights"), std::string::npos) << out;
+  EXPECT_NE(out.find("model.dtype is bfloat16 (--set #2)"), std::string::npos) << out;
+  EXPECT_EQ(run({missing, "train.precision=bf16"}, &out), 3) << out;
+  EXPECT_NE(out.find("train.precision: bf16 trains bfloat16 weights with no float32 master copy"), std::string::npos) << out;
+  EXPECT_EQ(run({missing, "train.precision=fp16"}, &out), 3) << out;
+  EXPECT_NE(out.find("train.precision"), std::string::npos) << out;
+
+  EXPECT_EQ(run({missing, "dist.backend=nccl"}, &out), 3) << out;
+  EXPECT_NE(out.find("--set #2: dist.backend: nccl needs a build against a LibTorch with CUDA and NCCL"), std::string::npos)
+      << out;
 }
 
 // The run directory of a short run holds the TensorBoard events the trainer wrote: every record's

@@ -1,0 +1,67 @@
+// Training precision: which dtype weights are stored in and which dtype the forward and
+// backward passes compute in (docs/precision.md).
+//
+//   fp32        float32 weights, float32 compute.
+//   bf16-mixed  float32 master weights (what AdamW updates and checkpoints hold), forward and
+//               backward matmuls in bfloat16 through LibTorch's autocast; log-softmax,
+//               log-probs, entropy, KL and the loss stay float32. The bf16 copy of each
+//               trainable weight is made once per optimizer step (autocast's cast cache lives
+//               as long as the outermost ComputePrecisionScope).
+//   bf16        bfloat16 weights and compute, AdamW on bf16 parameters: no master weights, so
+//               updates below bf16's resolution (2^-8 relative) are lost.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace grpo::core {
+
+enum class Precision { kFp32, kBf16Mixed, kBf16 };
+
+// "fp32", "bf16-mixed", "bf16".
+const char* precision_name(Precision precision);
+std::optional<Precision> parse_precision(std::string_view name);
+
+// The dtype parameters are stored (loaded, updated, checkpointed) in.
+torch::Dtype storage_dtype(Precision precision);
+// The dtype matrix products run in.
+torch::Dtype compute_dtype(Precision precision);
+
+// While alive, and only for bf16-mixed, forward passes on `device` run their matrix products
+// in bfloat16 (LibTorch autocast for the device type). Casts of trainable float32 leaf weights
+// are cached until the outermost scope on this thread ends, so open one scope around all the
+// micro-batches of an optimizer step (one cast per weight per step) and a separate one around
+// each no-grad pass: a cast made under no-grad carries no autograd history and must not be
+// reused by a pass that trains. Scopes nest; autocast state is per thread.
+class ComputePrecisionScope {
+ public:
+  ComputePrecisionScope(Precision precision, const torch::Device& device);
+  ~ComputePrecisionScope();
+  ComputePrecisionScope(const ComputePrecisionScope&) = delete;
+  ComputePrecisionScope& operator=(const ComputePrecisionScope&) = delete;
+
+ private:
+  bool active_ = false;
+  bool cuda_ = false;
+  bool was_enabled_ = false;
+  at::ScalarType previous_dtype_ = at::kBFloat16;
+};
+
+// The dtype autocast computes `t`'s matrix products in when it is on for t's device, else
+// t's own dtype (what a custom autograd function with explicit casts should compute in).
+torch::Dtype autocast_compute_dtype(const torch::Tensor& t);
+
+// What this CPU offers bfloat16 (from /proc/cpuinfo's flags on Linux).
+struct CpuBf16Support {
+  bool amx_bf16 = false;     // Intel AMX tiles (Sapphire Rapids and later): oneDNN's fastest bf16 path
+  bool avx512_bf16 = false;  // vdpbf16ps (Cooper Lake, Zen 4 and later): about 2x fp32's matmul rate
+  bool any() const { return amx_bf16 || avx512_bf16; }
+  // "amx_bf16 avx512_bf16", "avx512_bf16" or "none".
+  std::string describe() const;
+};
+CpuBf16Support cpu_bf16_support();
+
+}  // namespace grpo::core
