@@ -56,7 +56,7 @@ LoadedPolicy sft_policy(const PolicySpec& spec, bool random_init) {
   policy.tokenizer = std::move(files.tokenizer);
   policy.model.config = files.model_config;
   policy.model.model = CausalLM(files.model_config);
-  policy.model.model->to(dtype_from_name(spec.dtype, "model.dtype"));
+  policy.model.model->to(spec.device, dtype_from_name(spec.dtype, "model.dtype"));
   return policy;
 }
 

@@ -214,6 +214,9 @@ struct Communicator::Impl {
   std::shared_ptr<Distributed::State> state;
   bool tracks_position = false;  // the training thread's communicator
   double blocked_s = 0.0;
+  // Where the communicator's own small tensors (scalars, byte payloads) live: NCCL only takes
+  // CUDA tensors (this rank's GPU, cuda:LOCAL_RANK as the policy's), Gloo host ones.
+  at::Device device{at::kCPU};
 
   void enter(const std::string& what) {
     if (tracks_position) state->enter(what);
@@ -243,11 +246,11 @@ struct Communicator::Impl {
     wait(work, what);
   }
   double reduce_scalar(double value, c10d::ReduceOp op, const std::string& what) {
-    std::vector<at::Tensor> t{torch::full({1}, value, torch::kFloat64)};
+    std::vector<at::Tensor> t{torch::full({1}, value, torch::TensorOptions().dtype(torch::kFloat64).device(device))};
     c10d::AllreduceOptions o;
     o.reduceOp = op;
     run(what, [&] { return group->allreduce(t, o); });
-    return t[0].item<double>();
+    return t[0].to(at::kCPU).item<double>();
   }
 };
 
@@ -312,23 +315,26 @@ double Communicator::all_reduce_max(double value, const std::string& what) {
 std::vector<std::string> Communicator::all_gather_bytes(const std::string& mine, const std::string& what) {
   const int world = world_size();
   // Sizes first: all-gather needs equal shapes, so the payloads are padded to the longest.
-  std::vector<at::Tensor> size_in{torch::full({1}, static_cast<std::int64_t>(mine.size()), torch::kInt64)};
+  const auto on_device = [&](torch::Dtype dtype) { return torch::TensorOptions().dtype(dtype).device(impl_->device); };
+  std::vector<at::Tensor> size_in{torch::full({1}, static_cast<std::int64_t>(mine.size()), on_device(torch::kInt64))};
   std::vector<std::vector<at::Tensor>> size_out(1);
-  for (int r = 0; r < world; ++r) size_out[0].push_back(torch::empty({1}, torch::kInt64));
+  for (int r = 0; r < world; ++r) size_out[0].push_back(torch::empty({1}, on_device(torch::kInt64)));
   impl_->run(what + " (sizes)", [&] { return impl_->group->allgather(size_out, size_in); });
   std::int64_t longest = 1;
   std::vector<std::int64_t> sizes;
   for (const auto& t : size_out[0]) {
-    sizes.push_back(t.item<std::int64_t>());
+    sizes.push_back(t.to(at::kCPU).item<std::int64_t>());
     longest = std::max(longest, sizes.back());
   }
-  std::vector<at::Tensor> data_in{torch::zeros({longest}, torch::kUInt8)};
-  std::copy(mine.begin(), mine.end(), data_in[0].data_ptr<std::uint8_t>());
+  at::Tensor host_in = torch::zeros({longest}, torch::kUInt8);  // filled on the host, then moved
+  std::copy(mine.begin(), mine.end(), host_in.data_ptr<std::uint8_t>());
+  std::vector<at::Tensor> data_in{host_in.to(impl_->device)};
   std::vector<std::vector<at::Tensor>> data_out(1);
-  for (int r = 0; r < world; ++r) data_out[0].push_back(torch::empty({longest}, torch::kUInt8));
+  for (int r = 0; r < world; ++r) data_out[0].push_back(torch::empty({longest}, on_device(torch::kUInt8)));
   impl_->run(what, [&] { return impl_->group->allgather(data_out, data_in); });
   std::vector<std::string> out;
   for (int r = 0; r < world; ++r) {
+    data_out[0][static_cast<std::size_t>(r)] = data_out[0][static_cast<std::size_t>(r)].to(at::kCPU);
     const auto* p = data_out[0][static_cast<std::size_t>(r)].data_ptr<std::uint8_t>();
     out.emplace_back(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sizes[static_cast<std::size_t>(r)]));
   }
@@ -428,6 +434,7 @@ Distributed::Distributed(const WorldInfo& world, const DistOptions& options, boo
     }
     impl->state = state_;
     impl->tracks_position = tracks;
+    if (backend_ == "nccl") impl->device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(world.local_rank));
     return std::make_unique<Communicator>(std::move(impl));
   };
   train_ = make("train", true);
