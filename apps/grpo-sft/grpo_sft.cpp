@@ -68,8 +68,8 @@ int run(const Options& opt) {
   }
   const SftSettings settings = sft_settings(config);  // key errors before anything is written
   prepare_run_dir(config);
-  log_blas_status();
   configure_compute_threads("compute threads");
+  log_blas_status();  // names the thread count just chosen
   const PolicySpec spec = policy_spec(config);
   LoadedPolicy policy = sft_policy(spec, settings.random_init);
   run_job([&] { run_sft(settings, config, policy, spec); });

@@ -19,14 +19,34 @@
 // --large-batch1-*) and the batched engine runs that same reduced workload again: every
 // ratio printed compares equal work, never a reduced run with a full one.
 //
+// Precision and threads (qwen0.5b only): the batched engine, greedy, on the same prompts
+// (--precision-prompts 32 x --precision-tokens 64 new tokens: decode-dominated), three ways:
+//   fp32          the float32 model at the chosen thread count;
+//   bf16          the same weights converted to bfloat16 (the engine computes in, and keeps its
+//                 KV cache in, the model's dtype: what the native backend's `dtype: bfloat16`
+//                 loads), at the chosen thread count;
+//   fp32 1 thread the float32 model with at::set_num_threads(1) for that run (LibTorch's own
+//                 default here), restored after.
+// The figure compared is the engine's decode rate (last_stats: decode tokens / decode seconds,
+// prefill excluded). bf16's greedy tokens may part from fp32's (rounding flips near-ties of
+// random weights): their agreement is printed, and is not part of `tokens_match`.
+// The thread count is configure_compute_threads' choice (OMP_NUM_THREADS, else every available
+// core), or --threads N; it is printed first.
+//
 // The output ends with `name: value` lines: the qwen0.5b figures (prefixed `qwen0.5b_`),
-// then the tiny model's, whose last two lines are `speedup_vs_naive` and
-// `speedup_from_batching`.
+// then the precision comparison's (decode_tokens_per_s_bf16, decode_tokens_per_s_fp32,
+// decode_tokens_per_s_fp32_1thread, bf16_decode_speedup = bf16 / fp32 at the chosen threads,
+// decode_speedup_vs_1thread_fp32 = bf16 at the chosen threads / fp32 on 1 thread), then the
+// tiny model's, whose last two lines are `speedup_vs_naive` and `speedup_from_batching`.
+// --precision-only runs the precision comparison alone (its lines only); --precision-tokens 0
+// leaves it out.
 //
 //   grpo_bench_rollout [--models tiny,qwen0.5b] [--prompts 32] [--new-tokens 128]
 //                      [--min-prompt 16] [--max-prompt 64] [--max-num-seqs 32] [--seed 0]
 //                      [--large-naive-prompts 8] [--large-naive-tokens 16]
 //                      [--large-batch1-prompts 32] [--large-batch1-tokens 8]
+//                      [--precision-prompts 32] [--precision-tokens 64] [--precision-only]
+//                      [--threads N]
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
@@ -43,7 +63,9 @@
 #include <string>
 #include <vector>
 
+#include "core/model/precision.h"
 #include "core/model/transformer.h"
+#include "core/runtime/threads.h"
 #include "plugins/backends/native/engine.h"
 
 namespace {
@@ -63,6 +85,12 @@ const char* flag(int argc, char** argv, const char* name) {
 int64_t arg(int argc, char** argv, const char* name, int64_t fallback) {
   const char* v = flag(argc, argv, name);
   return v ? std::atoll(v) : fallback;
+}
+
+bool has_flag(int argc, char** argv, const char* name) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return true;
+  return false;
 }
 
 // ---- model shapes ---------------------------------------------------------------------
@@ -284,6 +312,7 @@ struct Options {
   int64_t min_prompt = 16, max_prompt = 64, max_num_seqs = 32;
   uint64_t seed = 0;
   Workload large_naive, large_batch1;
+  Workload precision;  // the precision comparison's workload (new_tokens 0: left out)
 };
 
 Figures bench_model(const Shape& shape, const Options& o, bool reduced) {
@@ -368,6 +397,73 @@ Figures bench_model(const Shape& shape, const Options& o, bool reduced) {
   return f;
 }
 
+// ---- precision and threads (qwen0.5b) -----------------------------------------------
+
+struct PrecisionFigures {
+  double bf16 = 0.0, fp32 = 0.0, fp32_1thread = 0.0;  // decode tokens/s
+  double bf16_speedup() const { return fp32 > 0 ? bf16 / fp32 : 0.0; }
+  double speedup_vs_1thread_fp32() const { return fp32_1thread > 0 ? bf16 / fp32_1thread : 0.0; }
+};
+
+// The engine's decode rate: decode tokens / decode seconds of the last generate() call.
+double decode_rate(const Run& run) {
+  return run.stats && run.stats->decode_s > 0 ? static_cast<double>(run.stats->decode_tokens) / run.stats->decode_s : 0.0;
+}
+
+PrecisionFigures bench_precision(const Shape& shape, const Options& o, int threads) {
+  const Workload& w = o.precision;
+  CausalLM fp32(shape.config);
+  fp32->init_weights(0.02, o.seed);
+  fp32->eval();
+  CausalLM bf16(shape.config);
+  bf16->init_weights(0.02, o.seed);  // the same weights (same seed), then rounded to bf16
+  bf16->to(torch::kBFloat16);
+  bf16->eval();
+  const Prompts prompts = make_prompts(w.prompts, o.min_prompt, o.max_prompt, shape.config.vocab_size, o.seed + 1);
+  std::printf("\n== precision and threads, model %s (fp32 and bf16 copies of the same random weights); "
+              "cpu bf16 support: %s\n",
+              shape.name.c_str(), grpo::core::cpu_bf16_support().describe().c_str());
+  std::printf("workload: %s, engine batched (max_num_seqs %lld), greedy, ignore_eos; figure = decode tokens/s "
+              "(engine last_stats, prefill excluded)\n",
+              w.str().c_str(), static_cast<long long>(o.max_num_seqs));
+
+  grpo::native::EngineOptions opts;
+  opts.max_num_seqs = o.max_num_seqs;
+  opts.ignore_eos = true;
+  grpo::native::Engine fp32_engine(fp32, std::nullopt, {}, opts);
+  grpo::native::Engine bf16_engine(bf16, std::nullopt, {}, opts);
+
+  auto timed = [&](grpo::native::Engine& engine, const char* label, int run_threads) {
+    const int before = at::get_num_threads();
+    at::set_num_threads(run_threads);
+    run_engine(engine, prompts, {std::min<int64_t>(2, w.prompts), 4});  // warm-up, not timed
+    const Run r = run_engine(engine, prompts, w);
+    at::set_num_threads(before);
+    char text[96];
+    std::snprintf(text, sizeof(text), "%s, %d thread%s", label, run_threads, run_threads == 1 ? "" : "s");
+    print_run(text, r, w);
+    std::printf("    decode %.1f tok/s\n", decode_rate(r));
+    std::fflush(stdout);
+    return r;
+  };
+  const Run f32 = timed(fp32_engine, "engine fp32", threads);
+  const Run b16 = timed(bf16_engine, "engine bf16 (bf16 KV cache)", threads);
+  const Run f32_1 = timed(fp32_engine, "engine fp32", 1);
+  print_agreement("engine bf16 vs fp32", compare(b16, f32));
+  print_agreement("engine fp32 1 thread vs fp32", compare(f32_1, f32));
+
+  PrecisionFigures f;
+  f.fp32 = decode_rate(f32);
+  f.bf16 = decode_rate(b16);
+  f.fp32_1thread = decode_rate(f32_1);
+  std::printf("  bf16_decode_speedup = bf16 %.1f / fp32 %.1f decode tok/s (%d threads) = %.2f\n", f.bf16, f.fp32, threads,
+              f.bf16_speedup());
+  std::printf("  decode_speedup_vs_1thread_fp32 = bf16 %.1f (%d threads) / fp32 %.1f (1 thread) = %.2f\n", f.bf16, threads,
+              f.fp32_1thread, f.speedup_vs_1thread_fp32());
+  std::fflush(stdout);
+  return f;
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream in(s);
@@ -389,11 +485,15 @@ int main(int argc, char** argv) {
                    std::min(o.full.new_tokens, arg(argc, argv, "--large-naive-tokens", 16))};
   o.large_batch1 = {std::min(o.full.prompts, arg(argc, argv, "--large-batch1-prompts", 32)),
                     std::min(o.full.new_tokens, arg(argc, argv, "--large-batch1-tokens", 8))};
+  o.precision = {arg(argc, argv, "--precision-prompts", 32), arg(argc, argv, "--precision-tokens", 64)};
+  const bool precision_only = has_flag(argc, argv, "--precision-only");
+  const int64_t threads_flag = arg(argc, argv, "--threads", 0);
   const char* models_flag = flag(argc, argv, "--models");
   const std::vector<std::string> models = split(models_flag ? models_flag : "tiny,qwen0.5b");
   if (o.full.prompts < 1 || o.full.new_tokens < 1 || o.min_prompt < 1 || o.max_prompt < o.min_prompt ||
       o.max_num_seqs < 1 || o.large_naive.prompts < 1 || o.large_naive.new_tokens < 1 || o.large_batch1.prompts < 1 ||
-      o.large_batch1.new_tokens < 1) {
+      o.large_batch1.new_tokens < 1 || o.precision.prompts < 1 || o.precision.new_tokens < 0 || threads_flag < 0 ||
+      (precision_only && o.precision.new_tokens < 1)) {
     std::fprintf(stderr, "bad arguments: counts must be >= 1 and --min-prompt <= --max-prompt\n");
     return 2;
   }
@@ -402,20 +502,31 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown model '%s' (expected tiny and/or qwen0.5b)\n", m.c_str());
       return 2;
     }
+  // LibTorch's default here is 1 intra-op thread whatever the core count: choose on purpose.
+  int threads = 0;
+  if (threads_flag > 0) {
+    threads = static_cast<int>(threads_flag);
+    at::set_num_threads(threads);
+  } else {
+    threads = grpo::core::configure_compute_threads("grpo_bench_rollout");
+  }
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  std::printf("rollout benchmark: LibTorch intra-op threads %d, OPENBLAS_CORETYPE=%s\n", at::get_num_threads(),
-              coretype ? coretype : "<unset>");
+  std::printf("rollout benchmark: LibTorch intra-op threads %d (%s, %d available cores), OPENBLAS_CORETYPE=%s\n",
+              at::get_num_threads(), threads_flag > 0 ? "--threads" : "configure_compute_threads",
+              grpo::core::available_cores(), coretype ? coretype : "<unset>");
   std::printf("engine batched = max_num_seqs %lld; naive = full recompute of the left-padded batch each step "
               "(LM head on the last column only); batch 1 = the engine with max_num_seqs 1\n",
               static_cast<long long>(o.max_num_seqs));
 
   const auto t0 = Clock::now();
   std::optional<Figures> tiny, large;
+  std::optional<PrecisionFigures> precision;
+  const bool with_qwen = std::find(models.begin(), models.end(), "qwen0.5b") != models.end();
   // qwen0.5b first, so that the tiny model's figures print last.
+  if (with_qwen && !precision_only) large = bench_model(qwen05b_shape(), o, /*reduced=*/true);
+  if ((with_qwen || precision_only) && o.precision.new_tokens > 0) precision = bench_precision(qwen05b_shape(), o, threads);
   for (const auto& m : models)
-    if (m == "qwen0.5b") large = bench_model(qwen05b_shape(), o, /*reduced=*/true);
-  for (const auto& m : models)
-    if (m == "tiny") tiny = bench_model(tiny_shape(), o, /*reduced=*/false);
+    if (m == "tiny" && !precision_only) tiny = bench_model(tiny_shape(), o, /*reduced=*/false);
   std::printf("\ntotal benchmark time: %.1f s\n", seconds_since(t0));
 
   if (large) {
@@ -423,6 +534,13 @@ int main(int argc, char** argv) {
     std::printf("qwen0.5b_tokens_match: %d\n", large->tokens_match ? 1 : 0);
     std::printf("qwen0.5b_speedup_vs_naive: %.2f\n", large->speedup_vs_naive);
     std::printf("qwen0.5b_speedup_from_batching: %.2f\n", large->speedup_from_batching);
+  }
+  if (precision) {
+    std::printf("decode_tokens_per_s_bf16: %.1f\n", precision->bf16);
+    std::printf("decode_tokens_per_s_fp32: %.1f\n", precision->fp32);
+    std::printf("decode_tokens_per_s_fp32_1thread: %.1f\n", precision->fp32_1thread);
+    std::printf("bf16_decode_speedup: %.2f\n", precision->bf16_speedup());
+    std::printf("decode_speedup_vs_1thread_fp32: %.2f\n", precision->speedup_vs_1thread_fp32());
   }
   if (tiny) {
     std::printf("engine_tokens_per_s: %.1f\n", tiny->engine_tokens_per_s);

@@ -46,13 +46,16 @@ ComputePrecisionScope::ComputePrecisionScope(Precision precision, const torch::D
     at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
     at::autocast::set_cpu_enabled(true);
   }
+  cache_was_enabled_ = at::autocast::is_autocast_cache_enabled();
+  at::autocast::set_autocast_cache_enabled(false);
   at::autocast::increment_nesting();
 }
 
 ComputePrecisionScope::~ComputePrecisionScope() {
   if (!active_) return;
-  // The outermost scope drops the cached weight casts: the weights change after it.
+  // As Python's autocast does on leaving the outermost region (a no-op with the cache off).
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_cache_enabled(cache_was_enabled_);
   if (cuda_) {
     at::autocast::set_enabled(was_enabled_);
     at::autocast::set_autocast_gpu_dtype(previous_dtype_);

@@ -102,7 +102,6 @@ std::vector<std::vector<const SampleRef*>> pack_refs(const std::vector<const Sam
 void logprobs_into(CausalLM& model, const std::vector<const SampleRef*>& refs, const UpdateOptions& o,
                    std::vector<std::vector<float>>* out) {
   torch::NoGradGuard no_grad;
-  // Its own scope: casts made without grad must not be reused by a training pass.
   const ComputePrecisionScope precision(o.precision, model->lm_head_weight().device());
   for (const auto& mb : pack_refs(refs, o)) {
     const std::int64_t width = response_width(mb);
@@ -507,8 +506,7 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
       policy->zero_grad(/*set_to_none=*/true);
       double loss_sum = 0.0;
       {
-        // bf16-mixed: each weight is cast to bf16 once for all micro-batches of the optimizer
-        // step; the scope ends (and drops the casts) before the weights change.
+        // bf16-mixed: the micro-batches' forward and backward in bf16 (core/model/precision.h).
         const ComputePrecisionScope precision(o.precision, device);
         for (std::size_t i = 0; i < mb.micro.size(); ++i) loss_sum += micro_batch_pass(c, mb, i, entropy_pass, totals);
       }

@@ -56,7 +56,7 @@ struct UpdateOptions {
   MismatchCorrectionOptions mismatch;
   bool with_entropy = true;  // objective/entropy (no grad; computed in the first pass)
   // train.precision: under bf16-mixed every forward here (the no-grad passes too) runs in a
-  // ComputePrecisionScope; the models' own dtypes decide fp32 and bf16.
+  // ComputePrecisionScope (bf16 matmuls); the models' own dtypes decide fp32 and bf16.
   Precision precision = Precision::kFp32;
 };
 

@@ -70,7 +70,7 @@ NllSum completion_nll(CausalLM& model, const SftSet& set, const std::vector<std:
   const PackingPlan plan = plan_packing(lengths, s.pack_length);
   LogProbOptions lp_options;
   lp_options.chunk_tokens = s.logprob_chunk_tokens;
-  // bf16-mixed: one cast of each weight for all micro-batches of the call (one optimizer step).
+  // bf16-mixed: bf16 matmuls over float32 masters (core/model/precision.h).
   const ComputePrecisionScope precision(s.precision, model->lm_head_weight().device());
   NllSum out;
   for (const auto& micro : micro_batches(plan, s.rows_per_micro_batch)) {

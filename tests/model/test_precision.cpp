@@ -90,21 +90,24 @@ TEST(ComputePrecisionScope, OnlyBf16MixedComputesInBf16AndTheStateIsRestored) {
   EXPECT_EQ(autocast_compute_dtype(w), torch::kFloat32);
 }
 
-// Why the trainer opens a separate scope around every no-grad pass: autocast caches the bf16
-// copy of a trainable weight for the whole scope, and a copy made under no-grad has no
-// autograd history, so a training pass in the same scope would get no gradient for it.
-TEST(ComputePrecisionScope, ASeparateScopeAfterANoGradPassKeepsGradients) {
+// The scope turns autocast's cast cache off (docs/precision.md). With the
+// cache, a bf16 copy made under no-grad (no autograd history) would be reused by a later pass
+// that trains, and that pass would get no gradient: here a no-grad pass and a training pass in
+// one scope must still give the master its gradient.
+TEST(ComputePrecisionScope, CastsAreNotCachedSoANoGradPassCannotStarveTraining) {
   auto w = torch::randn({5, 4}).requires_grad_(true);
   const auto x = torch::randn({3, 4});
+  ASSERT_TRUE(at::autocast::is_autocast_cache_enabled());
   {
     const ComputePrecisionScope scope(Precision::kBf16Mixed, torch::kCPU);
-    torch::NoGradGuard no_grad;
-    (void)torch::nn::functional::linear(x, w);
-  }
-  {
-    const ComputePrecisionScope scope(Precision::kBf16Mixed, torch::kCPU);
+    EXPECT_FALSE(at::autocast::is_autocast_cache_enabled());
+    {
+      torch::NoGradGuard no_grad;
+      (void)torch::nn::functional::linear(x, w);
+    }
     torch::nn::functional::linear(x, w).to(torch::kFloat32).sum().backward();
   }
+  EXPECT_TRUE(at::autocast::is_autocast_cache_enabled()) << "the previous setting is restored";
   ASSERT_TRUE(w.grad().defined());
   EXPECT_EQ(w.grad().scalar_type(), torch::kFloat32);  // the master weight's gradient
   // d sum(x w^T) / dw = column sums of x, broadcast over the rows (bf16-rounded inputs).
