@@ -63,6 +63,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "core/model/precision.h"
 #include "core/model/transformer.h"
 #include "core/runtime/threads.h"
@@ -72,26 +73,12 @@ namespace {
 
 using grpo::core::CausalLM;
 using grpo::core::ModelConfig;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-const char* flag(int argc, char** argv, const char* name) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  return nullptr;
-}
-
-int64_t arg(int argc, char** argv, const char* name, int64_t fallback) {
-  const char* v = flag(argc, argv, name);
-  return v ? std::atoll(v) : fallback;
-}
-
-bool has_flag(int argc, char** argv, const char* name) {
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return true;
-  return false;
-}
+using grpo::bench::arg;
+using grpo::bench::Clock;
+using grpo::bench::flag;
+using grpo::bench::has_flag;
+using grpo::bench::seconds_since;
+using grpo::bench::split;
 
 // ---- model shapes ---------------------------------------------------------------------
 
@@ -119,24 +106,8 @@ Shape tiny_shape() {
   return {"tiny", c};
 }
 
-// Qwen2.5-0.5B's config.json, with random weights.
-Shape qwen05b_shape() {
-  ModelConfig c;
-  c.architecture = grpo::core::ModelArchitecture::Qwen2;
-  c.vocab_size = 151936;
-  c.hidden_size = 896;
-  c.intermediate_size = 4864;
-  c.num_hidden_layers = 24;
-  c.num_attention_heads = 14;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
-  c.max_position_embeddings = 32768;
-  c.rope_theta = 1e6;
-  c.rms_norm_eps = 1e-6;
-  c.tie_word_embeddings = true;
-  c.qkv_bias = true;
-  return {"qwen0.5b", c};
-}
+// Qwen2.5-0.5B's config.json (the precision bench's too), with random weights.
+Shape qwen05b_shape() { return {"qwen0.5b", grpo::core::load_model_config(grpo::bench::qwen05b_config_path())}; }
 
 std::string describe(const ModelConfig& c, int64_t params) {
   std::ostringstream s;
@@ -462,14 +433,6 @@ PrecisionFigures bench_precision(const Shape& shape, const Options& o, int threa
               f.fp32_1thread, f.speedup_vs_1thread_fp32());
   std::fflush(stdout);
   return f;
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
 }
 
 }  // namespace

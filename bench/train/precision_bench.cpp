@@ -70,6 +70,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "core/model/logprobs.h"
 #include "core/model/model_config.h"
 #include "core/model/precision.h"
@@ -78,43 +79,17 @@
 #include "core/train/optimizer.h"
 #include "core/train/packing.h"
 
-#ifndef GRPO_BENCH_CONFIG_DIR
-#define GRPO_BENCH_CONFIG_DIR "bench/configs"
-#endif
-
 namespace {
 
 using grpo::core::CausalLM;
 using grpo::core::ModelConfig;
 using grpo::core::Precision;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-const char* flag(int argc, char** argv, const char* name) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  return nullptr;
-}
-
-bool has_flag(int argc, char** argv, const char* name) {
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return true;
-  return false;
-}
-
-int64_t arg(int argc, char** argv, const char* name, int64_t fallback) {
-  const char* v = flag(argc, argv, name);
-  return v ? std::atoll(v) : fallback;
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
+using grpo::bench::arg;
+using grpo::bench::Clock;
+using grpo::bench::flag;
+using grpo::bench::has_flag;
+using grpo::bench::seconds_since;
+using grpo::bench::split;
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -341,7 +316,7 @@ Peaks matmul_peaks(const ModelConfig& c, int64_t tokens) {
 
 int main(int argc, char** argv) {
   const char* config_flag = flag(argc, argv, "--config");
-  const std::string config_path = config_flag ? config_flag : std::string(GRPO_BENCH_CONFIG_DIR) + "/qwen2.5-0.5b/config.json";
+  const std::string config_path = config_flag ? config_flag : grpo::bench::qwen05b_config_path();
   const int64_t tokens = arg(argc, argv, "--tokens", 2048);
   const int64_t seq_len = arg(argc, argv, "--seq-len", 512);
   const int64_t repeats = arg(argc, argv, "--repeats", 2);

@@ -26,6 +26,13 @@ namespace grpo::core::dist {
 
 namespace {
 
+#if !(defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL))
+// dist_options reports it before anything loads; choose_backend guards options built by hand.
+constexpr const char* kNcclUnavailable =
+    "nccl needs a build against a LibTorch with CUDA and NCCL, and this one has neither (Debian's libtorch-dev "
+    "is CPU-only): use gloo or auto, or rebuild with -DGRPO_WITH_CUDA=AUTO and a CUDA LibTorch (docs/precision.md)";
+#endif
+
 using Clock = std::chrono::steady_clock;
 using Ms = std::chrono::milliseconds;
 
@@ -74,10 +81,7 @@ DistOptions dist_options(const sdk::ConfigValue& root) {
   o.backend = view.get_choice("backend", "auto", {"auto", "gloo", "nccl"});
 #if !(defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL))
   // Before any model is loaded, and before a launch: this build cannot create the group.
-  if (o.backend == "nccl")
-    fail_at_config_key(root, {"dist", "backend"},
-                       "nccl needs a build against a LibTorch with CUDA and NCCL, and this one has neither (Debian's libtorch-dev "
-                       "is CPU-only): use gloo or auto, or rebuild with -DGRPO_WITH_CUDA=AUTO and a CUDA LibTorch (docs/precision.md)");
+  if (o.backend == "nccl") fail_at_config_key(root, {"dist", "backend"}, kNcclUnavailable);
 #endif
   auto positive = [&](const char* key, double fallback) {
     const double v = view.get_double(key, fallback);
@@ -395,7 +399,7 @@ std::string choose_backend(const std::string& requested, bool tensors_on_cuda) {
 #if defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL)
     return "nccl";
 #else
-    throw std::runtime_error("dist.backend: nccl needs a LibTorch built with CUDA and NCCL; this build has neither (use gloo)");
+    throw std::runtime_error(std::string("dist.backend: ") + kNcclUnavailable);
 #endif
   }
   if (requested != "auto") throw std::runtime_error("dist.backend '" + requested + "': expected auto, gloo or nccl");
