@@ -228,6 +228,32 @@ TEST_P(ForwardParity, Bfloat16StaysCloseToFloat32) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardParity, ::testing::Values("qwen2", "qwen3", "llama"));
 
+// Rotary positions restart at 0 for every sequence of a packed row, and count only real tokens
+// in a padded batch. RoPE scores depend only on position differences, so a layout that kept
+// counting across sequences would give the same logits in exact arithmetic; the positions
+// themselves are the contract (and transformers' packed position_ids), checked by hand here.
+TEST(AttentionLayoutPositions, PackedRestartPerSequence) {
+  const AttentionLayout layout = AttentionLayout::packed({3, 1, 2});
+  ASSERT_EQ(layout.position_ids.sizes(), (std::vector<int64_t>{1, 6}));
+  const auto p = layout.position_ids.contiguous();
+  EXPECT_EQ(std::vector<int64_t>(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + 6),
+            (std::vector<int64_t>{0, 1, 2, 0, 0, 1}));
+  EXPECT_EQ(layout.cu_seqlens, (std::vector<int64_t>{0, 3, 4, 6}));
+}
+
+TEST(AttentionLayoutPositions, PaddedCountRealTokensOnly) {
+  const auto mask = torch::tensor({0, 0, 1, 1, 1, 1, 1, 1, 0, 0}, torch::kLong).view({2, 5});  // left, right padded
+  const auto p = AttentionLayout::padded(mask).position_ids.contiguous();
+  ASSERT_EQ(p.sizes(), (std::vector<int64_t>{2, 5}));
+  // Row 0: two left pads (position 0), then 0 1 2. Row 1: 0 1 2; its right pads are never read.
+  EXPECT_EQ(std::vector<int64_t>(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + 3), (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_EQ(p[0][3].item<int64_t>(), 1);
+  EXPECT_EQ(p[0][4].item<int64_t>(), 2);
+  EXPECT_EQ(p[1][0].item<int64_t>(), 0);
+  EXPECT_EQ(p[1][1].item<int64_t>(), 1);
+  EXPECT_EQ(p[1][2].item<int64_t>(), 2);
+}
+
 TEST(Rotary, Llama3ScalingKeepsShortSlowsLongAndInterpolatesBetween) {
   // Hand computation from the published rule (original_max 64, factor 8, low 1, high 4):
   // wavelengths 2*pi/inv_freq of theta=500000, d=16; < 16 kept, > 64 divided by 8, between

@@ -53,6 +53,18 @@ TEST(LrSchedule, CosineHalfwayIsHalf) {
   EXPECT_NEAR(lr_factor(s, 8, 8), 0.0, 1e-15);
 }
 
+TEST(LrSchedule, CosineDecaysToMinRatio) {
+  // get_cosine_with_min_lr_schedule_with_warmup (min_lr_rate 0.1), warmup 2 of 10 steps:
+  // 0.1 + 0.9 * 0.5 * (1 + cos(pi * (s - 2) / 8)): s = 6 -> 0.55, s = 4 -> 0.1 + 0.9 * (1 + sqrt(2)/2) / 2.
+  const auto s = schedule(LrSchedule::kCosine, 2, 0.1);
+  EXPECT_DOUBLE_EQ(lr_factor(s, 1, 10), 0.5);
+  EXPECT_NEAR(lr_factor(s, 2, 10), 1.0, 1e-15);
+  EXPECT_NEAR(lr_factor(s, 6, 10), 0.55, 1e-15);
+  EXPECT_NEAR(lr_factor(s, 4, 10), 0.1 + 0.9 * (1.0 + std::sqrt(2.0) / 2.0) / 2.0, 1e-15);
+  EXPECT_NEAR(lr_factor(s, 10, 10), 0.1, 1e-15);
+  EXPECT_NEAR(lr_factor(s, 12, 10), 0.1, 1e-15);  // past the end: stays at the floor
+}
+
 struct TwoLayer : torch::nn::Module {
   TwoLayer() {
     fc = register_module("fc", torch::nn::Linear(4, 3));
@@ -86,6 +98,33 @@ TEST(AdamW, WeightDecaySkipsVectors) {
   EXPECT_TRUE(torch::allclose(m.fc->weight, w0 * (1 - 0.1 * 0.5), 1e-6, 1e-7));
   EXPECT_TRUE(torch::equal(m.fc->bias, b0));
   EXPECT_TRUE(torch::equal(m.norm, n0));
+}
+
+// torch.nn.utils.clip_grad_norm_: the global L2 norm over every gradient, and when it exceeds
+// max_norm every gradient is scaled by max_norm / (norm + 1e-6). Gradients 3, 4 and 12 in three
+// parameters: norm sqrt(9 + 16 + 144) = 13.
+TEST(AdamW, ClipGradNormScalesEveryGradientByTheGlobalNorm) {
+  TwoLayer m;
+  OptimizerSettings s;
+  auto opt = grpo::core::make_adamw(m, s);
+  auto set_grads = [&] {
+    m.fc->weight.mutable_grad() = torch::zeros({3, 4});
+    m.fc->weight.mutable_grad()[0][0] = 3.0;
+    m.fc->bias.mutable_grad() = torch::tensor({4.0f, 0.0f, 0.0f});
+    m.norm.mutable_grad() = torch::tensor({0.0f, 0.0f, 12.0f});
+  };
+  set_grads();
+  EXPECT_NEAR(grpo::core::clip_grad_norm(*opt, 20.0), 13.0, 1e-6);  // under the bound: unchanged
+  EXPECT_FLOAT_EQ(m.fc->weight.grad()[0][0].item<float>(), 3.0f);
+  EXPECT_NEAR(grpo::core::clip_grad_norm(*opt, 0.0), 13.0, 1e-6);  // 0 = no clipping
+  EXPECT_FLOAT_EQ(m.norm.grad()[2].item<float>(), 12.0f);
+
+  EXPECT_NEAR(grpo::core::clip_grad_norm(*opt, 1.3), 13.0, 1e-6);  // returns the norm before clipping
+  const double coef = 1.3 / (13.0 + 1e-6);
+  EXPECT_NEAR(m.fc->weight.grad()[0][0].item<float>(), 3.0 * coef, 1e-6);
+  EXPECT_NEAR(m.fc->bias.grad()[0].item<float>(), 4.0 * coef, 1e-6);
+  EXPECT_NEAR(m.norm.grad()[2].item<float>(), 12.0 * coef, 1e-6);
+  EXPECT_NEAR(grpo::core::clip_grad_norm(*opt, 100.0), 1.3, 1e-5);  // the clipped norm
 }
 
 TEST(AdamW, SavedStateContinuesBitIdentically) {

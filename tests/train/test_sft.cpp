@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -77,9 +78,8 @@ TEST(Sft, FirstStepLossIsTheTokenMeanCrossEntropyOfCompletionTokensOnly) {
   const auto config = grpo::core::load_model_config(model + "/config.json");
   grpo::core::CausalLM reference(config);
   reference->init_weights(0.2, 5);
-  torch::NoGradGuard no_grad;
   const auto tokenizer = grpo::core::Tokenizer::load(model);
-  double nll = 0.0;
+  torch::Tensor nll = torch::zeros({}, torch::kDouble);
   std::int64_t tokens = 0;
   for (const auto& [p, c] : kRows) {
     std::vector<std::int64_t> ids;
@@ -92,12 +92,21 @@ TEST(Sft, FirstStepLossIsTheTokenMeanCrossEntropyOfCompletionTokensOnly) {
     const torch::Tensor logp =
         torch::log_softmax(reference->forward(input, grpo::core::AttentionLayout::padded(torch::ones({1, n}, torch::kLong))), -1);
     for (std::int64_t t = static_cast<std::int64_t>(prompt_len); t < n; ++t) {
-      nll -= logp[0][t - 1][ids[static_cast<std::size_t>(t)]].item<double>();
+      nll = nll - logp[0][t - 1][ids[static_cast<std::size_t>(t)]].to(torch::kDouble);
       ++tokens;
     }
   }
-  EXPECT_NEAR(loss, nll / static_cast<double>(tokens), 1e-5);
+  const torch::Tensor mean_nll = nll / static_cast<double>(tokens);
+  EXPECT_NEAR(loss, mean_nll.item<double>(), 1e-5);
   EXPECT_EQ(metrics[0].at("train/completion_tokens").get<double>(), static_cast<double>(tokens));
+  // The gradient is that of the token mean (not the sum, not per-micro-batch means): its global
+  // L2 norm, before clipping, is what optimizer/grad_norm reports.
+  mean_nll.backward();
+  double square_sum = 0.0;
+  for (const auto& p : reference->parameters())
+    if (p.grad().defined()) square_sum += p.grad().to(torch::kDouble).pow(2).sum().item<double>();
+  const double grad_norm = std::sqrt(square_sum);
+  EXPECT_NEAR(metrics[0].at("optimizer/grad_norm").get<double>(), grad_norm, 1e-4 * grad_norm);
 }
 
 // One denominator for the whole step: the update is the same whether the six sequences are one

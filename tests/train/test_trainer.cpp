@@ -158,6 +158,36 @@ TEST_P(TrainerResume, KilledRunResumesToBitIdenticalWeightsAndMetrics) {
 INSTANTIATE_TEST_SUITE_P(Precisions, TrainerResume, ::testing::Values("fp32", "bf16-mixed"),
                          [](const auto& info) { return info.param == "fp32" ? std::string("fp32") : std::string("bf16_mixed"); });
 
+// train.ref_update_freq: after each such step the reference becomes (1 - alpha) reference +
+// alpha policy (TR-DPO's soft update, as TRL's SyncRefModelCallback). One step with alpha 0.25
+// from the task model P0: the saved reference must be 0.75 P0 + 0.25 P1, P1 the saved policy.
+TEST(TrainerReference, PolyakUpdateMixesTheStepsPolicyIntoTheReference) {
+  const std::string dir = fresh_test_dir("trainer");
+  const std::string run_dir = dir + "/run";
+  int code = 0;
+  const std::string out = run_grpo("--config " + write_config(dir, run_dir) +
+                                       " --set train.steps=1 --set checkpoint.save_freq=1 --set eval.every=0"
+                                       " --set rollout.num_unique_prompts=8 --set rollout.num_samples_per_prompt=4"
+                                       " --set algorithm.kl_estimator=k3 --set algorithm.kl_coef=0.05"
+                                       " --set train.ref_update_freq=1 --set train.ref_update_alpha=0.25",
+                                   &code);
+  ASSERT_EQ(code, 0) << out;
+  const auto p0 = grpo::core::load_safetensors(task_model() + "/model.safetensors");
+  const auto p1 = grpo::core::load_safetensors(run_dir + "/checkpoints/step_000001/model.safetensors");
+  const auto r1 = grpo::core::load_safetensors(run_dir + "/checkpoints/step_000001/reference.safetensors");
+  ASSERT_EQ(p0.size(), p1.size());
+  ASSERT_EQ(p0.size(), r1.size());
+  bool policy_moved = false;
+  for (std::size_t i = 0; i < p0.size(); ++i) {
+    ASSERT_EQ(p0[i].first, r1[i].first);
+    ASSERT_EQ(p1[i].first, r1[i].first);
+    policy_moved = policy_moved || !torch::equal(p0[i].second, p1[i].second);
+    const torch::Tensor expected = 0.75 * p0[i].second + 0.25 * p1[i].second;
+    EXPECT_TRUE(torch::allclose(r1[i].second, expected, 1e-5, 1e-6)) << r1[i].first;
+  }
+  EXPECT_TRUE(policy_moved) << "the step did not change the policy: the test would not tell alpha from 1 - alpha";
+}
+
 // Bad input stops the run before the first step with exit code 3 and a message naming the
 // file and line or the key. In-process (grpo_run_main) to keep CI fast.
 int run_in_process(std::vector<std::string> args, std::string* output) {

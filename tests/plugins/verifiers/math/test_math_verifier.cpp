@@ -98,6 +98,19 @@ TEST(MathVerifier, WrongAnswersDoNotMatch) {
   });
 }
 
+// The default relative tolerance is 1e-9: pinned from both sides with answers whose relative
+// error was computed by hand (Python: (math.pi - x) / math.pi), so a looser or a tighter
+// default fails here.
+TEST(MathVerifier, DefaultRelativeToleranceIsOneInABillion) {
+  auto v = make("math");
+  check_cases(*v, {
+      {R"(\boxed{3.1415926})", R"(\pi)", 0, "relative error 1.7e-8: wrong at 1e-9 (right at 1e-6)"},
+      {R"(\boxed{3.141592659872978})", R"(\pi)", 0, "relative error 2.0e-9: just outside 1e-9"},
+      {R"(\boxed{3.1415926551605895})", R"(\pi)", 1, "relative error 5.0e-10: just inside 1e-9"},
+      {R"(\boxed{3.14159265358979})", R"(\pi)", 1, "relative error 9.9e-16: printing precision, right"},
+  });
+}
+
 TEST(MathVerifier, SymbolicAndNumericEquivalence) {
   auto v = make("math");
   check_cases(*v, {
