@@ -403,7 +403,7 @@ CgroupLeaf::Outcome CgroupLeaf::finish() {
   // When bwrap is reaped, the kernel is already killing the program's pid namespace (its init
   // died); this makes sure, and waits until the leaf is empty so that it can be removed.
   if (kind_ == CgroupSupport::Kind::kV2 && exists(mem + "/cgroup.kill")) write_text(mem + "/cgroup.kill", "1");
-  for (int round = 0; round < 400; ++round) {  // 2 s at most
+  for (int round = 0; round < 2000; ++round) {  // 2 s at most
     bool empty = true;
     for (const std::string& dir : dirs_)
       for (pid_t pid : pids_in(dir + "/cgroup.procs")) {
@@ -411,7 +411,7 @@ CgroupLeaf::Outcome CgroupLeaf::finish() {
         kill_if_in_leaf(pid, paths_);
       }
     if (empty) break;
-    usleep(5000);
+    usleep(1000);
   }
   if (kind_ == CgroupSupport::Kind::kV2) {
     outcome_.oom_killed = number_after(read_text(mem + "/memory.events"), "oom_kill") > 0;
@@ -430,10 +430,10 @@ CgroupLeaf::Outcome CgroupLeaf::finish() {
   // rmdir fails with EBUSY until the last killed process is gone from the leaf.
   for (const std::string& dir : dirs_) {
     int err = 0;
-    for (int round = 0; round < 200; ++round) {
+    for (int round = 0; round < 1000; ++round) {  // 1 s at most
       err = rmdir(dir.c_str()) == 0 || errno == ENOENT ? 0 : errno;
       if (err != EBUSY) break;
-      usleep(5000);
+      usleep(1000);
     }
     if (err != 0)
       ::grpo::sdk::log_warn("code_exec: could not remove the cgroup leaf " + dir + ": " + errno_text(err) +
