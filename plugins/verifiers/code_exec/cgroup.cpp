@@ -128,7 +128,8 @@ void remove_stale_leaves(const std::string& parent) {
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;
     const std::vector<std::string> parts = split(name, '-');
-    if (parts.size() != 3 || parts[0].empty() || parts[0].find_first_not_of("0123456789") != std::string::npos) continue;
+    if (parts.size() != 3 || parts[0].empty() || parts[0].find_first_not_of("0123456789") != std::string::npos)
+      continue;
     const pid_t pid = static_cast<pid_t>(std::atol(parts[0].c_str()));
     if (pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) stale.push_back(parent + "/" + name);
   }
@@ -273,11 +274,12 @@ void kill_if_in_leaf(pid_t pid, const std::vector<std::string>& leaf_paths) {
     if (errno == ENOSYS) kill(pid, SIGKILL);  // before Linux 5.3: the pid as read
     return;
   }
-  bool member = false;
+  bool member = false;  // a line "<id>:<controllers>:<leaf path>"
   for (const std::string& line : split(read_text("/proc/" + std::to_string(pid) + "/cgroup"), '\n'))
-    for (const std::string& path : leaf_paths)
-      member = member || (line.size() > path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0 &&
-                          line[line.size() - path.size() - 1] == ':');
+    for (const std::string& path : leaf_paths) {
+      const std::size_t at = line.size() - path.size();
+      member = member || (line.size() > path.size() && line.compare(at, path.size(), path) == 0 && line[at - 1] == ':');
+    }
   if (member) syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
   close(fd);
 #else
@@ -304,7 +306,8 @@ CgroupDirs locate_cgroup_dirs(const std::string& mountinfo, const std::string& p
     for (const std::string& opt : split(super, ',')) {
       if (opt == "memory" && dirs.v1_memory.empty() && !own.v1_memory.empty())
         dirs.v1_memory = dir_under(point, root, own.v1_memory);
-      if (opt == "pids" && dirs.v1_pids.empty() && !own.v1_pids.empty()) dirs.v1_pids = dir_under(point, root, own.v1_pids);
+      if (opt == "pids" && dirs.v1_pids.empty() && !own.v1_pids.empty())
+        dirs.v1_pids = dir_under(point, root, own.v1_pids);
     }
   }
   return dirs;
@@ -377,7 +380,8 @@ std::unique_ptr<CgroupLeaf> CgroupLeaf::create(const CgroupSupport& support, uns
   settings.push_back({pids + "/pids.max", std::to_string(max_processes), false});
   for (const Setting& s : settings) {
     if (s.optional && !exists(s.file)) continue;
-    if (const int err = write_text(s.file, s.value); err != 0) return fail("cannot write " + s.value + " to " + s.file, err);
+    if (const int err = write_text(s.file, s.value); err != 0)
+      return fail("cannot write " + s.value + " to " + s.file, err);
   }
   for (const std::string& dir : leaf->dirs_) {
     const int fd = open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);

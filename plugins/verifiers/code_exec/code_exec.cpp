@@ -442,11 +442,11 @@ class CodeVerifier : public sdk::Verifier {
                                      " (docs/sandbox.md, \"Memory bound\")");
     const std::uint64_t per_process_mb = limits_.memory_bytes >> 20;
     const std::uint64_t tmpfs_mb = (limits_.tmp_bytes + limits_.shm_bytes) >> 20;
+    const std::uint64_t total_mb = per_process_mb * limits_.max_processes + tmpfs_mb;
     sdk::log_warn("code_exec: no cgroup bound on this host (" + cg.reason + "); a program is bounded only per process: " +
                   std::to_string(per_process_mb) + " MB of address space (memory_mb) x " +
                   std::to_string(limits_.max_processes) + " processes (max_processes) + " + std::to_string(tmpfs_mb) +
-                  " MB of tmpfs (tmp_mb + shm_mb) = " +
-                  std::to_string(per_process_mb * limits_.max_processes + tmpfs_mb) +
+                  " MB of tmpfs (tmp_mb + shm_mb) = " + std::to_string(total_mb) +
                   " MB; set require_cgroup: true to refuse to start without a cgroup (docs/sandbox.md)");
   }
 

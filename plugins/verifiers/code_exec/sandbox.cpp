@@ -132,6 +132,9 @@ void report_and_exit(int fd, char step) {
 
 }  // namespace
 
+// Long because it is one run from slot to reaping: the leaf, the memfds, the argv and the
+// pipes are built before fork so that the child, between fork and exec, only makes
+// async-signal-safe calls on them; then the parent's I/O loop, the kill and the leaf's end.
 RunResult Sandbox::run(const std::vector<std::string>& python_args, const std::vector<SandboxFile>& files,
                        const std::string& stdin_data, const SandboxLimits& limits) const {
   RunResult result;
@@ -280,7 +283,8 @@ RunResult Sandbox::run(const std::vector<std::string>& python_args, const std::v
     waitpid(pid, nullptr, 0);
     const std::string err = std::strerror(failure.err);
     if (failure.step == 'c') result.error = "could not enter the cgroup leaf: " + err;
-    else if (failure.step == 'u') result.error = "could not switch to the sandbox uid " + std::to_string(sandbox_uid) + ": " + err;
+    else if (failure.step == 'u')
+      result.error = "could not switch to the sandbox uid " + std::to_string(sandbox_uid) + ": " + err;
     else result.error = "could not run " + bwrap_ + ": " + err;
     return result;
   }

@@ -5,6 +5,7 @@
 // runs and run alone (RUN_SERIAL, tests/plugins/verifiers/code_exec/CMakeLists.txt).
 #include <dirent.h>
 #include <grp.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -24,6 +26,7 @@
 
 #include "code_exec_test_util.h"
 #include "grpo/sdk/config_value.h"
+#include "plugins/verifiers/code_exec/cgroup.h"
 
 namespace {
 
@@ -37,7 +40,37 @@ using grpo_code_test::Verifier;
 using grpo_code_test::VerifierResult;
 using json = nlohmann::json;
 
+namespace fs = std::filesystem;
 constexpr std::int64_t kMiB = 1 << 20;
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// The "grpo-code" parents of the sandbox's leaves that exist, found as docs/sandbox.md says
+// ("Memory bound"): under this process's own cgroups, or beside "grpo-code-host" where the
+// verifier moved this process on cgroup v2.
+std::vector<std::string> leaf_parents() {
+  const grpo_code::CgroupDirs d =
+      grpo_code::locate_cgroup_dirs(read_all("/proc/self/mountinfo"), read_all("/proc/self/cgroup"));
+  std::vector<std::string> candidates = {d.v1_memory, d.v1_pids, d.v2};
+  if (fs::path(d.v2).filename() == "grpo-code-host") candidates.back() = fs::path(d.v2).parent_path().string();
+  std::vector<std::string> out;
+  for (const std::string& dir : candidates)
+    if (!dir.empty() && fs::is_directory(dir + "/grpo-code")) out.push_back(dir + "/grpo-code");
+  return out;
+}
+
+// Leaves named after `pid` ("<pid>-<slot>-<counter>") under the parents.
+std::vector<std::string> leaves_of(pid_t pid) {
+  std::vector<std::string> out;
+  for (const std::string& parent : leaf_parents())
+    for (const auto& e : fs::directory_iterator(parent))
+      if (e.is_directory() && e.path().filename().string().rfind(std::to_string(pid) + "-", 0) == 0)
+        out.push_back(e.path().string());
+  return out;
+}
 
 // The memory a program takes from the host, sampled from the host side while it runs:
 // /proc/meminfo's AnonPages + Shmem (every process's anonymous memory and every tmpfs,
@@ -255,6 +288,9 @@ TEST(CodeExecMemoryBound, FourProcessesOf800MegabytesAreKilledByTheCgroup) {
   // The leaf's own peak, read by the sandbox before it removed the leaf.
   ASSERT_TRUE(f.contains("memory_peak_mb")) << m.result.details;
   EXPECT_LE(f["memory_peak_mb"].get<double>(), bound_mb) << m.result.details;
+  // The leaf went away with the run, killed program and all.
+  EXPECT_FALSE(leaf_parents().empty());
+  EXPECT_TRUE(leaves_of(getpid()).empty()) << leaves_of(getpid()).front();
   grpo_code_test::expect_pool_still_works(*v);
 }
 
@@ -273,6 +309,46 @@ TEST(CodeExecSandbox, TmpAndDevShmAreWritableUpToTheirSizes) {
   const std::shared_ptr<Verifier> big_shm = make({{"memory_mb", "128"}, {"shm_mb", "256"}, {"timeout_s", "10"}});
   const VerifierResult fits = run(*big_shm, write_200_mb("/dev/shm"), kNeedsOk);
   EXPECT_EQ(fits.score, 1.0) << fits.details;
+}
+
+// ---- leaves of processes that no longer exist -------------------------------------------
+
+TEST(CodeExecSandbox, StaleLeavesOfDeadProcessesAreRemovedAtStartUp) {
+  // The threadsafe death-test child re-runs this body up to EXPECT_EXIT: there it must not
+  // detect the cgroups before the statement, nor leave a stale leaf of its own.
+  const bool death_test_child = !GTEST_FLAG_GET(internal_run_death_test).empty();
+  std::vector<std::string> stale;
+  if (!death_test_child) {
+    try {
+      make({{"require_cgroup", "true"}});  // creates the parents where a cgroup bound exists
+    } catch (const ConfigError& e) {
+      GTEST_SKIP() << "no cgroup bound on this host: " << e.what();
+    }
+    // A leaf as a process that died during a run would leave it: named after a pid that no
+    // longer exists (a child, reaped).
+    const pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    ASSERT_GT(dead, 0);
+    waitpid(dead, nullptr, 0);
+    for (const std::string& parent : leaf_parents()) {
+      stale.push_back(parent + "/" + std::to_string(dead) + "-0-0");
+      ASSERT_TRUE(fs::create_directory(stale.back())) << stale.back();
+    }
+    ASSERT_FALSE(stale.empty());
+  }
+  // A fresh process (the threadsafe style re-runs this program) detects the cgroups once at
+  // its first verifier, and removes them then.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        make();
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  for (const std::string& dir : stale) {
+    EXPECT_FALSE(fs::exists(dir)) << dir;
+    fs::remove(dir);
+  }
 }
 
 // ---- require_cgroup ------------------------------------------------------------------------
