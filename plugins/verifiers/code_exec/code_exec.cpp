@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "grpo/sdk/config_view.h"
+#include "grpo/sdk/log.h"
 #include "grpo/sdk/plugin.h"
 #include "grpo/sdk/text.h"
 #include "grpo/sdk/verifier.h"
@@ -40,6 +41,7 @@ namespace {
 
 namespace sdk = ::grpo::sdk;
 using json = nlohmann::ordered_json;
+using grpo_code::CgroupSupport;
 using grpo_code::RunResult;
 using grpo_code::Sandbox;
 using grpo_code::SandboxFile;
@@ -327,12 +329,16 @@ class CodeVerifier : public sdk::Verifier {
     limits_.max_processes = static_cast<std::uint64_t>(cfg.get_int_at_least("max_processes", 32, 1));
     limits_.output_bytes = static_cast<std::uint64_t>(cfg.get_int_at_least("output_kb", 1024, 1)) << 10;
     limits_.tmp_bytes = static_cast<std::uint64_t>(cfg.get_int_at_least("tmp_mb", 64, 1)) << 20;
+    limits_.shm_bytes = static_cast<std::uint64_t>(cfg.get_int_at_least("shm_mb", 64, 1)) << 20;
     limits_.file_bytes = limits_.tmp_bytes;
+    const bool require_cgroup = cfg.get_bool("require_cgroup", false);
     const std::int64_t concurrency = cfg.get_int_in_range("max_concurrency", 0, 0, 4096, "(0 = the number of cores)");
     const std::int64_t uid_base = cfg.get_int_in_range("sandbox_uid_base", 60000, 1000, 4000000000LL);
     const unsigned slots = concurrency > 0 ? static_cast<unsigned>(concurrency)
                                            : std::max(1u, std::thread::hardware_concurrency());
-    sandbox_ = std::make_unique<Sandbox>(bwrap_, python_, slots, static_cast<unsigned>(uid_base));
+    sandbox_ = std::make_unique<Sandbox>(bwrap_, python_, slots, static_cast<unsigned>(uid_base),
+                                         grpo_code::cgroup_support());
+    announce_bound(cfg, require_cgroup);
     // Never run untrusted code unsandboxed: a machine where the sandbox does not work is a
     // configuration error, reported before the run starts.
     if (const std::string why = sandbox_->self_test(); !why.empty())
@@ -378,15 +384,15 @@ class CodeVerifier : public sdk::Verifier {
       bool ok = false;
       if (t.stdio) {
         r = sandbox_->run({"/code/solution.py"}, {{"/code/solution.py", code}}, t.input, limits_);
-        ok = r.started && r.exit_code == 0 && !r.timed_out && !r.output_limit &&
+        ok = r.started && r.exit_code == 0 && !r.timed_out && !r.output_limit && !r.memory_limit &&
              same_output(r.out, t.expected_output);
       } else {
         const std::string token = random_token();
         r = sandbox_->run({"-c", kHarness}, {{"/code/solution.py", code}, {"/code/test.py", t.script}}, token + "\n",
                           limits_);
         const std::vector<std::string> lines = stripped_lines(r.out);
-        ok = r.started && r.exit_code == 0 && !r.timed_out && !r.output_limit && !lines.empty() &&
-             lines.back() == token;
+        ok = r.started && r.exit_code == 0 && !r.timed_out && !r.output_limit && !r.memory_limit &&
+             !lines.empty() && lines.back() == token;
       }
       seconds += r.seconds;
       if (ok) {
@@ -394,10 +400,13 @@ class CodeVerifier : public sdk::Verifier {
       } else if (first_failure.is_null()) {
         first_failure["test"] = i;
         if (!r.started) first_failure["error"] = r.error;
-        if (r.timed_out) first_failure["killed"] = "wall-clock limit";
+        // The memory limit first: a program it starved often runs into the clock as well.
+        if (r.memory_limit) first_failure["killed"] = "memory limit";
+        else if (r.timed_out) first_failure["killed"] = "wall-clock limit";
         else if (r.output_limit) first_failure["killed"] = "output limit";
         else if (r.signal) first_failure["killed"] = "signal " + std::to_string(r.signal);
         first_failure["exit_code"] = r.exit_code;
+        if (r.memory_peak_bytes > 0) first_failure["memory_peak_mb"] = (r.memory_peak_bytes + (1u << 19)) >> 20;
         if (t.stdio) first_failure["stdout"] = sdk::clip_utf8(tail(r.out, kPreview), kPreview + 8);
         first_failure["stderr"] = sdk::clip_utf8(tail(r.err, kPreview), kPreview + 8);
       }
@@ -417,6 +426,30 @@ class CodeVerifier : public sdk::Verifier {
   }
 
  private:
+  // Says once per verifier what bounds a whole program here, or refuses to start without a
+  // cgroup when the configuration requires one.
+  void announce_bound(const sdk::ConfigView& cfg, bool require_cgroup) const {
+    const CgroupSupport& cg = sandbox_->cgroup();
+    const std::string mb = std::to_string(limits_.program_memory_bytes() >> 20);
+    if (cg.kind != CgroupSupport::Kind::kNone) {
+      sdk::log_info("code_exec: each program is bounded by its own " + std::string(grpo_code::cgroup_kind_name(cg.kind)) +
+                    " leaf: " + mb + " MB of memory with swap (memory_mb + tmp_mb + shm_mb) and " +
+                    std::to_string(limits_.max_processes) + " processes (max_processes); " + cg.reason);
+      return;
+    }
+    if (require_cgroup)
+      cfg.fail("require_cgroup", "no cgroup can bound a sandboxed program's memory on this host: " + cg.reason +
+                                     " (docs/sandbox.md, \"Memory bound\")");
+    const std::uint64_t per_process_mb = limits_.memory_bytes >> 20;
+    const std::uint64_t tmpfs_mb = (limits_.tmp_bytes + limits_.shm_bytes) >> 20;
+    const std::uint64_t total_mb = per_process_mb * limits_.max_processes + tmpfs_mb;
+    sdk::log_warn("code_exec: no cgroup bound on this host (" + cg.reason + "); a program is bounded only per process: " +
+                  std::to_string(per_process_mb) + " MB of address space (memory_mb) x " +
+                  std::to_string(limits_.max_processes) + " processes (max_processes) + " + std::to_string(tmpfs_mb) +
+                  " MB of tmpfs (tmp_mb + shm_mb) = " + std::to_string(total_mb) +
+                  " MB; set require_cgroup: true to refuse to start without a cgroup (docs/sandbox.md)");
+  }
+
   static std::string random_token() {
     thread_local std::mt19937_64 rng(std::random_device{}());
     static const char* hex = "0123456789abcdef";

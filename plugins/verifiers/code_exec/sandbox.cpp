@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -30,9 +31,10 @@ struct Sandbox::State {
   std::mt19937_64 rng{std::random_device{}()};
 };
 
-Sandbox::Sandbox(std::string bwrap, std::string python, unsigned slots, unsigned uid_base)
+Sandbox::Sandbox(std::string bwrap, std::string python, unsigned slots, unsigned uid_base,
+                 const CgroupSupport& cgroup)
     : bwrap_(std::move(bwrap)), python_(std::move(python)), slots_(slots ? slots : 1), uid_base_(uid_base),
-      state_(std::make_unique<State>()) {
+      cgroup_(cgroup), state_(std::make_unique<State>()) {
   state_->busy.assign(slots_, false);
   state_->uids.assign(slots_, 0);
 }
@@ -116,8 +118,23 @@ void set_limit(int resource, rlim_t value) {
   setrlimit(resource, &r);
 }
 
+// What the child reports through the status pipe when it fails before exec.
+struct ChildFailure {
+  char step;  // 'c' cgroup leaf, 'u' uid switch, 'x' exec
+  int err;
+};
+
+void report_and_exit(int fd, char step) {
+  const ChildFailure f{step, errno};
+  (void)!write(fd, &f, sizeof f);
+  _exit(127);
+}
+
 }  // namespace
 
+// Long because it is one run from slot to reaping: the leaf, the memfds, the argv and the
+// pipes are built before fork so that the child, between fork and exec, only makes
+// async-signal-safe calls on them; then the parent's I/O loop, the kill and the leaf's end.
 RunResult Sandbox::run(const std::vector<std::string>& python_args, const std::vector<SandboxFile>& files,
                        const std::string& stdin_data, const SandboxLimits& limits) const {
   RunResult result;
@@ -134,6 +151,20 @@ RunResult Sandbox::run(const std::vector<std::string>& python_args, const std::v
   auto close_all = [&] {
     for (int fd : memfds) close(fd);
   };
+  // The program's cgroup leaf, entered by the child before it execs bwrap, so that bwrap and
+  // every process of the program are in it. With a cgroup detected, no leaf means no run.
+  std::unique_ptr<CgroupLeaf> leaf;
+  if (cgroup_.kind != CgroupSupport::Kind::kNone) {
+    std::string why;
+    leaf = CgroupLeaf::create(cgroup_, slot, limits.program_memory_bytes(), limits.max_processes, &why);
+    if (!leaf) {
+      result.error = "cgroup leaf (" + std::string(cgroup_kind_name(cgroup_.kind)) + "): " + why;
+      return result;
+    }
+  }
+  const std::vector<int> no_fds;
+  const std::vector<int>& leaf_fds = leaf ? leaf->procs_fds() : no_fds;
+
   for (const SandboxFile& f : files) {
     const int fd = make_memfd(f.content);
     if (fd < 0) {
@@ -159,6 +190,8 @@ RunResult Sandbox::run(const std::vector<std::string>& python_args, const std::v
                                    "--symlink", "usr/bin", "/bin",
                                    "--proc", "/proc",
                                    "--dev", "/dev",
+                                   "--size", std::to_string(limits.shm_bytes),
+                                   "--tmpfs", "/dev/shm",
                                    "--size", std::to_string(limits.tmp_bytes),
                                    "--tmpfs", "/tmp",
                                    "--dir", "/code"};
@@ -167,7 +200,9 @@ RunResult Sandbox::run(const std::vector<std::string>& python_args, const std::v
     args.push_back(std::to_string(3 + i));
     args.push_back(files[i].path);
   }
-  for (const char* a : {"--chdir", "/tmp", "--"}) args.push_back(a);
+  // Last, once everything is mounted: the root and /dev (tmpfs of half the host's RAM) become
+  // read-only; /tmp and /dev/shm, mounts of their own, stay the only writable places.
+  for (const char* a : {"--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--"}) args.push_back(a);
   args.push_back(python_);
   args.push_back("-I");
   args.push_back("-B");
@@ -187,43 +222,72 @@ RunResult Sandbox::run(const std::vector<std::string>& python_args, const std::v
   const uid_t sandbox_uid = root ? pick_uid(slot) : getuid();
   const std::uint64_t nproc = root ? limits.max_processes : processes_of(getuid()) + limits.max_processes;
 
-  int in_pipe[2], out_pipe[2], err_pipe[2];
-  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+  // status_pipe: the child reports a failure before exec (a ChildFailure); exec closes it.
+  int in_pipe[2], out_pipe[2], err_pipe[2], status_pipe[2];
+  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0 ||
+      pipe2(status_pipe, O_CLOEXEC) != 0) {
     close_all();
     result.error = std::string("pipe failed: ") + std::strerror(errno);
     return result;
   }
+  std::vector<int> staged(memfds.size());  // the child's scratch: no allocation after fork
   const auto t0 = std::chrono::steady_clock::now();
   const pid_t pid = fork();
   if (pid < 0) {
     close_all();
-    for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+    for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], status_pipe[0],
+                   status_pipe[1]})
+      close(fd);
     result.error = std::string("fork failed: ") + std::strerror(errno);
     return result;
   }
   if (pid == 0) {
     // Child: only async-signal-safe calls from here to exec.
+    if (!enter_cgroup_leaf(leaf_fds.data(), leaf_fds.size())) report_and_exit(status_pipe[1], 'c');
     setsid();
     dup2(in_pipe[0], 0);
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
-    // memfds to 3, 4, ...: first out of the way, then into place
-    int high = 100;
-    for (int fd : memfds) dup2(fd, high++);
-    for (std::size_t i = 0; i < memfds.size(); ++i) dup2(100 + static_cast<int>(i), 3 + static_cast<int>(i));
-    syscall(SYS_close_range, 3 + memfds.size(), ~0u, 0);
+    // memfds to 3, 4, ...: each fd still needed is first copied above all of them (F_DUPFD
+    // never replaces an open fd), then into place, so no dup2 overwrites a source. The status
+    // pipe's end stays open (close-on-exec) to report a failure up to exec.
+    int top = 3 + static_cast<int>(memfds.size());
+    for (int fd : memfds) top = std::max(top, fd + 1);
+    top = std::max(top, status_pipe[1] + 1);
+    for (std::size_t i = 0; i < memfds.size(); ++i) staged[i] = fcntl(memfds[i], F_DUPFD_CLOEXEC, top);
+    const int status_fd = fcntl(status_pipe[1], F_DUPFD_CLOEXEC, top);
+    for (std::size_t i = 0; i < memfds.size(); ++i) dup2(staged[i], 3 + static_cast<int>(i));
+    syscall(SYS_close_range, 3u + memfds.size(), static_cast<unsigned>(status_fd) - 1u, 0);
+    syscall(SYS_close_range, static_cast<unsigned>(status_fd) + 1u, ~0u, 0);
     set_limit(RLIMIT_CPU, limits.cpu_seconds);
     set_limit(RLIMIT_AS, limits.memory_bytes);
     set_limit(RLIMIT_FSIZE, limits.file_bytes);
     set_limit(RLIMIT_CORE, 0);
     set_limit(RLIMIT_NPROC, nproc);
     if (root) {
-      if (setgroups(0, nullptr) != 0 || setgid(sandbox_uid) != 0 || setuid(sandbox_uid) != 0) _exit(126);
+      if (setgroups(0, nullptr) != 0 || setgid(sandbox_uid) != 0 || setuid(sandbox_uid) != 0)
+        report_and_exit(status_fd, 'u');
     }
     execve(bwrap_.c_str(), argv.data(), envp);
-    _exit(127);
+    report_and_exit(status_fd, 'x');
   }
   close_all();
+  close(status_pipe[1]);
+  ChildFailure failure{};
+  ssize_t got_failure;
+  while ((got_failure = read(status_pipe[0], &failure, sizeof failure)) < 0 && errno == EINTR) {
+  }
+  close(status_pipe[0]);
+  if (got_failure == static_cast<ssize_t>(sizeof failure)) {
+    for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+    waitpid(pid, nullptr, 0);
+    const std::string err = std::strerror(failure.err);
+    if (failure.step == 'c') result.error = "could not enter the cgroup leaf: " + err;
+    else if (failure.step == 'u')
+      result.error = "could not switch to the sandbox uid " + std::to_string(sandbox_uid) + ": " + err;
+    else result.error = "could not run " + bwrap_ + ": " + err;
+    return result;
+  }
   close(in_pipe[0]);
   close(out_pipe[1]);
   close(err_pipe[1]);
@@ -312,6 +376,11 @@ RunResult Sandbox::run(const std::vector<std::string>& python_args, const std::v
     }
     usleep(1000);
   }
+  if (leaf) {
+    const CgroupLeaf::Outcome outcome = leaf->finish();
+    result.memory_limit = outcome.oom_killed;
+    result.memory_peak_bytes = outcome.peak_bytes;
+  }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
@@ -327,7 +396,6 @@ std::string Sandbox::self_test() const {
   if (!r.started) return r.error;
   if (r.exit_code == 0 && r.out == "42\n") return "";
   std::string why = "a test program did not run in the sandbox (exit " + std::to_string(r.exit_code) + ")";
-  if (r.exit_code == 126) why += ": could not switch to the sandbox uid";
   if (!r.err.empty()) why += ": " + r.err.substr(0, 400);
   return why;
 }

@@ -23,9 +23,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "code_exec_test_util.h"
 #include "grpo/sdk/config_value.h"
 #include "grpo/sdk/verifier.h"
-#include "tests/support/build_plugins.h"
 
 namespace {
 
@@ -35,30 +35,16 @@ using grpo::sdk::Verifier;
 using grpo::sdk::VerifierInput;
 using grpo::sdk::VerifierResult;
 using json = nlohmann::json;
-using Option = grpo::testing::PluginOption;
-
-// Short limits keep the suite fast; the defaults are documented in docs/sandbox.md.
-std::shared_ptr<Verifier> make(std::vector<Option> opts = {}) {
-  for (Option o : {Option{"timeout_s", "2"}, Option{"memory_mb", "512"}, Option{"max_processes", "16"},
-                   Option{"output_kb", "256"}, Option{"max_concurrency", "2"}})
-    if (std::none_of(opts.begin(), opts.end(), [&](const Option& given) { return given.key == o.key; }))
-      opts.push_back(o);
-  return grpo::testing::create_component<Verifier>("code", opts, "verifiers[0]");
-}
+using grpo_code_test::details;
+using grpo_code_test::expect_pool_still_works;
+using grpo_code_test::kNeedsOk;
+using grpo_code_test::make;
+using grpo_code_test::run;
 
 const std::shared_ptr<Verifier>& shared_verifier() {
   static const std::shared_ptr<Verifier> v = make();
   return v;
 }
-
-VerifierResult run(const Verifier& v, const std::string& code, const json& gt) {
-  return grpo::testing::verify_once(v, "Here it is:\n```python\n" + code + "\n```\n", gt, "code");
-}
-
-json details(const VerifierResult& r) { return json::parse(r.details); }
-
-// An assert test that fails unless `ok` is true in the program's namespace.
-const json kNeedsOk = json::array({"assert ok"});
 
 std::string unique(const std::string& stem) {
   return stem + std::to_string(getpid()) + "_" +
@@ -78,9 +64,6 @@ bool process_with_marker_exists(const std::string& marker) {
   return found;
 }
 
-void expect_pool_still_works(const Verifier& v) {
-  EXPECT_EQ(run(v, "def f(x):\n    return x + 1\nok = f(1) == 2", kNeedsOk).score, 1.0);
-}
 
 // ---- scoring -------------------------------------------------------------------------------
 
