@@ -116,7 +116,7 @@ std::string hex32(std::uint32_t v) {
 
 // Sizes first (cheap), then checksums.
 void verify_files(const fs::path& dir, const std::map<std::string, CheckpointFile>& files) {
-  const std::string record = (dir / kStateFile).string();
+  const std::string record = kStateFile;  // in the same folder as the file it names
   for (const auto& [name, f] : files) {
     const fs::path path = dir / name;
     std::error_code ec;
@@ -136,7 +136,7 @@ void verify_files(const fs::path& dir, const std::map<std::string, CheckpointFil
     }
     if (found.crc32c != f.crc32c || found.size != f.size)
       throw CheckpointError(path.string() + ": checksum (CRC-32C) " + hex32(found.crc32c) + " differs from the " +
-                            hex32(f.crc32c) + " " + record + " records: the file is damaged");
+                            hex32(f.crc32c) + " recorded in " + record + ": the file is damaged");
   }
 }
 
