@@ -5,9 +5,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "core/config/config_loader.h"
 #include "core/config/yaml_loader.h"
+#include "core/model/checkpoint_dirs.h"
 #include "core/plugin/plugin_registry.h"
 #include "core/runtime/components.h"
 #include "core/runtime/logging.h"
@@ -34,15 +36,35 @@ sdk::ConfigValue load_job_config(const std::vector<std::string>& files, std::vec
   return config;
 }
 
-std::string prepare_run_dir(const sdk::ConfigValue& config) {
+RunDir prepare_run_dir(const sdk::ConfigValue& config) {
   const std::string run_dir = sdk::ConfigView(find_config_node(config, {"run"}), "run").require_string("output_dir");
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir, ec);
+  if (ec) throw std::runtime_error("cannot create the run directory '" + run_dir + "': " + ec.message());
+  // First the lock: nothing of another run's is touched, not even its log.
+  const std::string lock_path = (std::filesystem::path(run_dir) / ".lock").string();
+  std::string holder;
+  std::optional<FileLock> lock = FileLock::try_acquire(lock_path, &holder);
+  if (!lock) {
+    const auto space = holder.find(' ');
+    const std::string who = holder.empty() ? std::string("another process (it has not recorded its PID yet)")
+                            : space == std::string::npos ? "PID " + holder
+                                                         : "PID " + holder.substr(0, space) + " on " + holder.substr(space + 1);
+    throw AppError(kExitConfig, "run.output_dir '" + run_dir + "' is in use by another run: " + who + " holds " + lock_path +
+                                    ". One run per directory: wait for it to end, stop it, or choose another run.output_dir.");
+  }
+  // Before anything is written: a save that was killed may have left the disk full.
+  const std::vector<std::string> stale = remove_checkpoint_staging(run_dir);
   const std::string effective = (std::filesystem::path(run_dir) / "effective_config.yaml").string();
   atomic_write_file(effective, to_yaml(config));
   if (const std::string log_file = sdk::ConfigView(find_config_node(config, {"log"}), "log").require_string("file");
       !log_file.empty())
     add_log_file((std::filesystem::path(run_dir) / log_file).string());
   spdlog::info("run directory: {} (effective config: {})", run_dir, effective);
-  return run_dir;
+  if (!stale.empty())
+    spdlog::info("removed {} unfinished checkpoint folder(s) an interrupted save left in {}: {}", stale.size(),
+                 checkpoint_root(run_dir), join(stale, ", "));
+  return RunDir{run_dir, std::move(*lock)};
 }
 
 int run_guarded(const std::function<int()>& body, const std::function<void(const ExitStatus&)>& report) {

@@ -15,6 +15,7 @@
 
 #include "apps/cli/exit_codes.h"
 #include "core/plugin/search_path.h"
+#include "core/util/fs.h"
 #include "core/util/json_limits.h"
 #include "grpo/sdk/config_value.h"
 
@@ -68,9 +69,20 @@ std::string parse_json_object(std::string_view text, Json& out) {
 sdk::ConfigValue load_job_config(const std::vector<std::string>& files, std::vector<std::string> overrides,
                                  const std::string& log_level, bool resume);
 
-// A job's run directory (run.output_dir): writes the effective configuration there
-// (effective_config.yaml, atomically) and starts the log file (log.file). Returns the folder.
-std::string prepare_run_dir(const sdk::ConfigValue& config);
+// A job's run directory, held for the job's life: one run per directory.
+struct RunDir {
+  std::string path;     // run.output_dir
+  core::FileLock lock;  // on RUN_DIR/.lock; released when this is destroyed or the process ends
+};
+
+// Prepares a job's run directory (run.output_dir): creates it, takes its lock (RUN_DIR/.lock,
+// flock, holding this process's PID and host: a second run on the directory, fresh or resumed,
+// would delete the first's checkpoint in progress), removes the staging folders of interrupted
+// checkpoint saves (core/model/checkpoint_dirs.h), writes the effective configuration
+// (effective_config.yaml, atomically) and starts the log file (log.file). In data-parallel
+// jobs rank 0 alone calls it. A directory another process holds is
+// AppError(kExitConfig, "... in use by PID N on HOST ...").
+[[nodiscard]] RunDir prepare_run_dir(const sdk::ConfigValue& config);
 
 // An app's plugin search path: the --plugin-path folders first, then what the configuration
 // implies (plugins.paths, the --config files' folders, $GRPO_PLUGIN_PATH, the install's

@@ -11,6 +11,7 @@
 #include <thread>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "apps/cli/app_common.h"
@@ -204,7 +205,9 @@ int run(const Options& opt) {
   configure_compute_threads("compute threads", world.distributed() ? world.local_world_size : 1);
 
   // The training job. Prepare the run directory: effective config, then the log file (rank 0).
-  if (world.rank == 0) prepare_run_dir(config);
+  // Rank 0 holds the run directory's lock until the job ends (the ranks share the directory).
+  std::optional<RunDir> run_dir;
+  if (world.rank == 0) run_dir = prepare_run_dir(config);
   log_blas_status();
   const TrainingJobSettings job = training_job_settings(config);  // every setting the job reads, once
   const PolicySpec policy_config = policy_spec(config);
@@ -247,7 +250,8 @@ int grpo_run_main(int argc, char** argv) {
     ("set,s", po::value(&opt.sets)->composing(), "override a key: --set a.b.c=VALUE (VALUE is YAML); repeatable")
     ("print-config", po::bool_switch(&opt.print_config), "print the effective config as YAML and exit")
     ("validate", po::bool_switch(&opt.validate), "parse the config, load every named plugin, construct every component, then exit")
-    ("resume", po::bool_switch(&opt.resume), "continue the run in run.output_dir from its latest complete checkpoint (same as --set run.resume=true)")
+    ("resume", po::bool_switch(&opt.resume), "continue the run in run.output_dir from its latest complete checkpoint; one that cannot be loaded is skipped, with a warning, for the next older one (same as --set run.resume=true)")
+    ("resume-from", po::value<std::int64_t>()->value_name("STEP"), "continue the run in run.output_dir from the checkpoint of step STEP, with no fallback (same as --set run.resume_from=STEP)")
     ("list-plugins", po::bool_switch(&opt.list_plugins), "list the components of every plugin on the search path")
     ("plugin-path", po::value(&opt.plugin_paths)->composing(), "a folder searched for plugins before all others; repeatable")
     ("log-level", po::value(&opt.log_level), "trace, debug, info, warn or error (same as --set log.level=...)")
@@ -259,6 +263,11 @@ int grpo_run_main(int argc, char** argv) {
     po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
     po::notify(vm);
     if (vm.count("nproc") && opt.nproc < 1) throw po::error("--nproc takes a number of ranks >= 1, got " + std::to_string(opt.nproc));
+    if (vm.count("resume-from")) {
+      const std::int64_t step = vm["resume-from"].as<std::int64_t>();
+      if (step < 1) throw po::error("--resume-from takes a checkpoint's step >= 1, got " + std::to_string(step));
+      opt.sets.push_back("run.resume_from=" + std::to_string(step));
+    }
   } catch (const po::error& e) {
     std::cerr << "grpo-run: " << e.what() << "\nTry 'grpo-run --help'.\n";
     return kExitUsage;

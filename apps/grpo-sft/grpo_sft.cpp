@@ -67,7 +67,7 @@ int run(const Options& opt) {
     return kExitOk;
   }
   const SftSettings settings = sft_settings(config);  // key errors before anything is written
-  prepare_run_dir(config);
+  const RunDir run_dir = prepare_run_dir(config);  // held until the job ends
   configure_compute_threads("compute threads");
   log_blas_status();  // names the thread count just chosen
   const PolicySpec spec = policy_spec(config);

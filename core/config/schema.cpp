@@ -18,7 +18,8 @@ const std::vector<ConfigKeySpec>& config_schema() {
   static const std::vector<ConfigKeySpec> schema = {
     {"run.output_dir",         ConfigType::kString,        "\"runs/grpo\"", "Run directory: the effective configuration and the log are written here (later also metrics and checkpoints).", {}},
     {"run.seed",               ConfigType::kInt,           "1",             "Seed of the run's random number generators.", {}},
-    {"run.resume",             ConfigType::kBool,          "false",         "Continue from the latest complete checkpoint in `run.output_dir` (`grpo-run --resume`).", {}},
+    {"run.resume",             ConfigType::kBool,          "false",         "Continue from the latest complete checkpoint in `run.output_dir` (`grpo-run --resume`); one that cannot be loaded (a missing or damaged file) is skipped, with a warning, for the next older one.", {}},
+    {"run.resume_from",        ConfigType::kInt,           "0",             "Resume from this step's checkpoint (`grpo-run --resume-from STEP`; implies `run.resume`), with no fallback: a checkpoint that cannot be loaded is an error. 0 = the newest complete checkpoint.", {}},
     {"log.level",              ConfigType::kEnum,          "info",          "Lowest severity that is logged.", {"trace", "debug", "info", "warn", "error"}},
     {"log.file",               ConfigType::kString,        "\"run.log\"",   "Log file, relative to `run.output_dir`; `\"\"` disables the file log.", {}},
     {"plugins.paths",          ConfigType::kStringList,    "[]",            "Directories searched first for `libgrpo_<name>.so`.", {}},

@@ -1,13 +1,11 @@
 #include "core/model/checkpoint.h"
 
-#include <fcntl.h>
-#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
-
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -65,8 +63,11 @@ std::string dtype_to_name(torch::Dtype dtype) {
 void load_model_weights(CausalLM& model, const NamedTensorList& tensors, const std::string& source) {
   torch::NoGradGuard no_grad;
   auto params = model->named_parameters(/*recurse=*/true);
+  // Every check before the first copy: a file that does not fit leaves the model as it was
+  // (a resume then falls back to an older checkpoint, core/train/train_state.h).
   std::set<std::string> seen;
   std::vector<std::string> unexpected;
+  std::vector<std::pair<torch::Tensor*, const torch::Tensor*>> copies;
   for (const auto& [name, tensor] : tensors) {
     torch::Tensor* param = params.find(name);
     if (!param) {
@@ -79,7 +80,7 @@ void load_model_weights(CausalLM& model, const NamedTensorList& tensors, const s
       throw CheckpointError(source + ": tensor '" + name + "' has shape " + shape_text(tensor.sizes().vec()) +
                             " but config.json implies " + shape_text(param->sizes().vec()));
     if (!seen.insert(name).second) throw CheckpointError(source + ": tensor '" + name + "' appears twice");
-    param->copy_(tensor.to(param->scalar_type()));
+    copies.emplace_back(param, &tensor);
   }
   if (!unexpected.empty())
     throw CheckpointError(source + ": tensors that are not parameters of " +
@@ -89,6 +90,7 @@ void load_model_weights(CausalLM& model, const NamedTensorList& tensors, const s
   for (const auto& item : params)
     if (!seen.count(item.key())) missing.push_back(item.key());
   if (!missing.empty()) throw CheckpointError(source + ": missing tensors: " + first_names(missing));
+  for (const auto& [param, tensor] : copies) param->copy_(tensor->to(param->scalar_type()));
 }
 
 LoadedModel load_model(const std::string& dir, torch::Dtype dtype, torch::Device device) {
@@ -116,23 +118,6 @@ NamedTensorList model_state_tensors(CausalLM& model, std::optional<torch::Dtype>
   return out;
 }
 
-namespace {
-
-[[noreturn]] void fail_save(const std::string& dir, const std::string& what, int err) {
-  throw CheckpointError(dir + ": " + what + ": " + std::strerror(err));
-}
-
-// Makes the rename of a folder entry durable.
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
-}  // namespace
-
 void save_model(const std::string& dir, CausalLM& model, const SaveOptions& options) {
   const fs::path target = fs::absolute(dir).lexically_normal();
   if (target.filename().empty()) throw CheckpointError(dir + ": expected a folder path");
@@ -142,7 +127,8 @@ void save_model(const std::string& dir, CausalLM& model, const SaveOptions& opti
   if (ec) throw CheckpointError(dir + ": cannot create the parent folder: " + ec.message());
   // A staging folder of its own (unique even for concurrent saves to the same DIR).
   std::string staging_name = (parent / (target.filename().string() + ".tmp-XXXXXX")).string();
-  if (::mkdtemp(staging_name.data()) == nullptr) fail_save(dir, "cannot create a staging folder", errno);
+  if (::mkdtemp(staging_name.data()) == nullptr)
+    throw CheckpointError(dir + ": cannot create a staging folder: " + std::strerror(errno));
   const fs::path staging = staging_name;
   try {
     const torch::Dtype dtype = options.dtype ? *options.dtype : model->lm_head_weight().scalar_type();
@@ -158,52 +144,30 @@ void save_model(const std::string& dir, CausalLM& model, const SaveOptions& opti
       write_tokenizer_files(staging.string(), *options.tokenizer, tok);
     }
     ::chmod(staging.c_str(), 0755);  // mkdtemp creates 0700; checkpoints are ordinary folders
-  } catch (...) {
+    // Into place in one step, so DIR always names a complete checkpoint.
+    replace_directory(staging.string(), target.string());
+  } catch (const CheckpointError&) {
     fs::remove_all(staging, ec);
     throw;
-  }
-  // Into place in one step: a new DIR is a rename; an existing one is swapped with the staging
-  // folder atomically (renameat2 RENAME_EXCHANGE), so DIR always names a complete checkpoint,
-  // then the old contents (now under the staging name) are removed.
-  if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) == 0) {
-    fsync_dir(parent);
-    return;
-  }
-  if (errno != EEXIST) {
-    const int err = errno;
+  } catch (const std::exception& e) {
     fs::remove_all(staging, ec);
-    fail_save(dir, "cannot move the saved checkpoint into place", err);
+    throw CheckpointError(dir + ": cannot save the model: " + e.what());
   }
-  if (!fs::is_directory(target)) {
-    fs::remove_all(staging, ec);
-    throw CheckpointError(dir + ": exists and is not a folder; refusing to replace it");
-  }
-  if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
-    if (errno != EINVAL && errno != ENOSYS) {
-      const int err = errno;
-      fs::remove_all(staging, ec);
-      fail_save(dir, "cannot swap the saved checkpoint into place", err);
-    }
-    // A filesystem without RENAME_EXCHANGE: the old folder steps aside first. A crash in
-    // between leaves it as DIR.tmp-XXXXXX.old next to the complete new one in staging.
-    const fs::path aside = staging.string() + ".old";
-    if (::rename(target.c_str(), aside.c_str()) != 0) {
-      const int err = errno;
-      fs::remove_all(staging, ec);
-      fail_save(dir, "cannot move the previous checkpoint aside", err);
-    }
-    if (::rename(staging.c_str(), target.c_str()) != 0) {
-      const int err = errno;
-      ::rename(aside.c_str(), target.c_str());
-      fs::remove_all(staging, ec);
-      fail_save(dir, "cannot move the saved checkpoint into place", err);
-    }
-    fsync_dir(parent);
-    fs::remove_all(aside, ec);
-    return;
-  }
-  fsync_dir(parent);
-  fs::remove_all(staging, ec);  // the previous checkpoint
+}
+
+void save_archive(torch::serialize::OutputArchive& archive, const std::string& path) {
+  // Streamed through the atomic writer. LibTorch's writer throws when a write comes up short
+  // and then throws again from its destructor (std::terminate), so it is always told the
+  // bytes went out; the first error is kept, later writes are skipped, and the error is
+  // raised once LibTorch is done with the stream.
+  atomic_write_file_with(path, [&](std::FILE* file) {
+    int error = 0;
+    archive.save_to([&](const void* data, std::size_t n) -> std::size_t {
+      if (error == 0 && n > 0 && std::fwrite(data, 1, n, file) != n) error = errno ? errno : EIO;
+      return n;
+    });
+    if (error != 0) throw std::runtime_error("cannot write '" + path + "': " + std::strerror(error));
+  });
 }
 
 }  // namespace grpo::core

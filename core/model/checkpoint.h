@@ -37,7 +37,8 @@ LoadedModel load_model(const std::string& dir, torch::Dtype dtype = torch::kFloa
                        torch::Device device = torch::kCPU);
 
 // Copies `tensors` into `model`'s parameters with the rules of load_model. `source` names
-// the file or folder in errors.
+// the file or folder in errors. Everything is checked before the first copy: on an error the
+// model is unchanged.
 void load_model_weights(CausalLM& model, const NamedTensorList& tensors, const std::string& source);
 
 // The tensors a save writes, with Hugging Face names, contiguous on the CPU, in `dtype`
@@ -53,9 +54,17 @@ struct SaveOptions {
   std::string chat_template_name = "chatml";
 };
 
-// Writes the folder atomically: everything goes to a sibling staging folder that then
-// replaces DIR, so a crash never leaves a half-written checkpoint under DIR's name.
+// Writes the folder atomically: every file goes through the atomic writer (fsynced) into a
+// sibling staging folder that then replaces DIR (replace_directory, core/util/fs.h: the folder
+// and its parent fsynced), so a crash or a power cut never leaves a half-written checkpoint
+// under DIR's name. Any failure (a full disk, ...) is a CheckpointError naming DIR and the
+// cause; the staging folder is removed and DIR is untouched.
 void save_model(const std::string& dir, CausalLM& model, const SaveOptions& options = {});
+
+// Writes a LibTorch archive (optimizer.pt, rng.pt) through the atomic writer
+// (atomic_write_file_with): a failed write, a full disk included, is a std::runtime_error
+// naming the path, and leaves no file behind.
+void save_archive(torch::serialize::OutputArchive& archive, const std::string& path);
 
 // "float32", "bfloat16", "float16" <-> torch dtypes (config.json's torch_dtype).
 torch::Dtype dtype_from_name(const std::string& name, const std::string& context);

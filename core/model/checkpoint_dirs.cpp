@@ -42,4 +42,19 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   return all.back().second.string();
 }
 
+std::vector<std::string> remove_checkpoint_staging(const std::string& run_dir) {
+  std::vector<std::string> removed;
+  const fs::path root = checkpoint_root(run_dir);
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return removed;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(".step_", 0) != 0) continue;
+    fs::remove_all(entry.path());
+    removed.push_back(name);
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
 }  // namespace grpo::core

@@ -1,10 +1,10 @@
 #include "core/train/optimizer.h"
 
 #include <cmath>
-#include <filesystem>
 #include <stdexcept>
 
 #include "core/config/config_access.h"
+#include "core/model/checkpoint.h"
 #include "grpo/sdk/config_view.h"
 
 namespace grpo::core {
@@ -104,13 +104,9 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
 }
 
 void save_optimizer(torch::optim::Optimizer& optimizer, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  {
-    torch::serialize::OutputArchive archive;
-    optimizer.save(archive);
-    archive.save_to(tmp);
-  }
-  std::filesystem::rename(tmp, path);
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  save_archive(archive, path);
 }
 
 void load_optimizer(torch::optim::Optimizer& optimizer, const std::string& path) {

@@ -54,7 +54,7 @@ double clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm);
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
 // The optimizer's state (moments, step counts) to and from a file; the save is atomic
-// (temporary file + rename). load throws std::runtime_error naming the file.
+// (save_archive, core/model/checkpoint.h). Both throw std::runtime_error naming the file.
 void save_optimizer(torch::optim::Optimizer& optimizer, const std::string& path);
 void load_optimizer(torch::optim::Optimizer& optimizer, const std::string& path);
 

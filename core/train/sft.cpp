@@ -124,7 +124,8 @@ SftSettings sft_settings(const sdk::ConfigValue& root) {
   };
   s.run_dir = run.get_string("output_dir", s.run_dir);
   s.seed = static_cast<std::uint64_t>(run.get_int("seed", static_cast<std::int64_t>(s.seed)));
-  s.resume = run.get_bool("resume", s.resume);
+  s.resume_from = at_least("run", "resume_from", run.get_int("resume_from", s.resume_from), 0);
+  s.resume = run.get_bool("resume", s.resume) || s.resume_from > 0;
   s.steps = at_least("sft", "steps", sft.get_int("steps", s.steps), 1);
   s.batch_size = at_least("sft", "batch_size", sft.get_int("batch_size", s.batch_size), 1);
   s.random_init = sft.get_choice("init", s.random_init ? "random" : "pretrained", {"pretrained", "random"}) == "random";
@@ -234,7 +235,7 @@ void run_sft(const SftSettings& s, const sdk::ConfigValue& config, LoadedPolicy&
   contents.tokenizer = &*policy.tokenizer;
   contents.chat_template_name = s.chat_template_name;
   contents.generation_config_json = policy.model.generation_config_json;
-  const bool resumed = s.resume && resume_from_latest_checkpoint(config, s.run_dir, s.seed, contents, state);
+  const bool resumed = s.resume && resume_from_checkpoint(config, s.run_dir, s.seed, s.resume_from, contents, state);
   if (resumed && state.step >= s.steps) {
     spdlog::info("resume: {} is at step {} of {}; nothing left to train", checkpoint_path(s.run_dir, state.step),
                  state.step, s.steps);

@@ -26,6 +26,7 @@ struct SftSettings {
   std::string run_dir = "runs/grpo";
   std::uint64_t seed = 1;
   bool resume = false;
+  std::int64_t resume_from = 0;   // run.resume_from: 0 = the newest loadable checkpoint
   std::int64_t steps = 300;       // sft.steps: optimizer steps
   std::int64_t batch_size = 64;   // sft.batch_size: sequences per optimizer step
   bool random_init = false;       // sft.init: random

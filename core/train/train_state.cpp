@@ -6,16 +6,20 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 
+#include "core/config/config_access.h"
+#include "core/metrics/crc32c.h"
 #include "core/model/checkpoint.h"
 #include "core/model/checkpoint_dirs.h"
 #include "core/model/safetensors_torch.h"
-#include "core/config/config_access.h"
 #include "core/train/optimizer.h"
 #include "core/util/fs.h"
 #include "core/util/json_limits.h"
+#include "core/util/strings.h"
 
 namespace grpo::core {
 
@@ -27,9 +31,11 @@ constexpr const char* kStateFile = kCheckpointStateFile;
 constexpr const char* kOptimizerFile = "optimizer.pt";
 constexpr const char* kRngFile = "rng.pt";
 constexpr const char* kReferenceFile = "reference.safetensors";
-constexpr int kStateFormat = 1;
+constexpr const char* kRngKey = "cpu_generator_state";
+// 2: "files" (sizes and checksums) added.
+constexpr int kStateFormat = 2;
 
-nlohmann::json state_json(const TrainerState& s) {
+nlohmann::ordered_json state_json(const TrainerState& s) {
   nlohmann::ordered_json j;
   j["format"] = kStateFormat;
   j["step"] = s.step;
@@ -40,49 +46,16 @@ nlohmann::json state_json(const TrainerState& s) {
   j["stale_batches_dropped"] = s.stale_batches_dropped;
   j["async_steps"] = s.async_steps;
   j["seed"] = s.seed;
+  nlohmann::ordered_json files = nlohmann::ordered_json::object();
+  for (const auto& [name, f] : s.files) files[name] = {{"size", f.size}, {"crc32c", f.crc32c}};
+  j["files"] = files;
   return j;
 }
 
-}  // namespace
-
-void save_checkpoint(const std::string& run_dir, const TrainerState& state, const CheckpointContents& c,
-                     std::int64_t keep_last) {
-  const fs::path root = checkpoint_root(run_dir);
-  fs::create_directories(root);
-  for (const auto& entry : fs::directory_iterator(root))  // leftovers of a killed save
-    if (entry.path().filename().string().rfind(".step_", 0) == 0) fs::remove_all(entry.path());
-
-  const fs::path final_dir = checkpoint_path(run_dir, state.step);
-  const fs::path staging = root / ("." + checkpoint_step_name(state.step) + ".partial");
-  SaveOptions options;
-  options.tokenizer = c.tokenizer;
-  options.chat_template_name = c.chat_template_name;
-  options.generation_config_json = c.generation_config_json;
-  save_model(staging.string(), *c.policy, options);
-  save_optimizer(*c.optimizer, (staging / kOptimizerFile).string());
-  {
-    torch::serialize::OutputArchive archive;
-    // LibTorch's CPU generator: its state is a CPU tensor by nature (whatever the model's device).
-    archive.write("cpu_generator_state", at::detail::getDefaultCPUGenerator().get_state());
-    archive.save_to((staging / kRngFile).string());
-  }
-  if (c.reference) save_safetensors((staging / kReferenceFile).string(), model_state_tensors(*c.reference));
-  atomic_write_file((staging / kStateFile).string(), state_json(state).dump(2) + "\n");
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-run of the same step
-  fs::rename(staging, final_dir);
-
-  if (keep_last > 0) {
-    auto all = complete_checkpoints(run_dir);
-    for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < all.size(); ++i) fs::remove_all(all[i].second);
-  }
-}
-
-TrainerState load_checkpoint(const std::string& dir, const CheckpointContents& c) {
-  const fs::path d(dir);
-  const std::string state_path = (d / kStateFile).string();
+TrainerState parse_state(const std::string& path) {
   TrainerState s;
   try {
-    const std::string text = read_file(state_path);
+    const std::string text = read_file(path);
     if (auto error = json_nesting_error(text)) throw std::runtime_error(*error);
     const auto j = nlohmann::json::parse(text);
     if (j.value("format", 0) != kStateFormat)
@@ -96,40 +69,238 @@ TrainerState load_checkpoint(const std::string& dir, const CheckpointContents& c
     s.stale_batches_dropped = j.at("stale_batches_dropped").get<std::int64_t>();
     s.async_steps = j.at("async_steps").get<std::int64_t>();
     s.seed = j.at("seed").get<std::uint64_t>();
+    for (const auto& [name, f] : j.at("files").items()) {
+      // Names are plain file names of this folder (the JSON is data: no paths out of it).
+      if (name.empty() || name == "." || name == ".." || name == kStateFile || name.find('/') != std::string::npos)
+        throw std::runtime_error("\"files\" lists '" + name + "', which is not a file of a checkpoint folder");
+      s.files[name] = CheckpointFile{f.at("size").get<std::uint64_t>(), f.at("crc32c").get<std::uint32_t>()};
+    }
   } catch (const std::exception& e) {
-    throw std::runtime_error(state_path + ": " + e.what());
+    throw CheckpointError(path + ": " + e.what());
   }
-  load_model_weights(*c.policy, load_checkpoint_tensors(dir), dir);
-  load_optimizer(*c.optimizer, (d / kOptimizerFile).string());
-  try {
-    torch::serialize::InputArchive archive;
-    archive.load_from((d / kRngFile).string());
-    torch::Tensor rng;
-    archive.read("cpu_generator_state", rng);
-    at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle: shares the global state
-    generator.set_state(rng);
-  } catch (const c10::Error& e) {
-    throw std::runtime_error((d / kRngFile).string() + ": " + e.what_without_backtrace());
-  }
-  if (c.reference && fs::exists(d / kReferenceFile))
-    load_model_weights(*c.reference, load_safetensors((d / kReferenceFile).string()), (d / kReferenceFile).string());
   return s;
 }
 
-bool resume_from_latest_checkpoint(const sdk::ConfigValue& config, const std::string& run_dir, std::uint64_t seed,
-                                   const CheckpointContents& contents, TrainerState& state) {
-  const auto latest = latest_checkpoint(run_dir);
-  if (!latest) {
-    spdlog::warn("--resume: no complete checkpoint in {}; starting from step 0", checkpoint_root(run_dir));
-    return false;
+CheckpointFile describe_file(const fs::path& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (!file) throw std::runtime_error("cannot open '" + path.string() + "'");
+  CheckpointFile out;
+  std::vector<char> buf(1 << 20);
+  std::size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), file)) > 0) {
+    out.crc32c = crc32c(buf.data(), n, out.crc32c);
+    out.size += n;
   }
-  state = load_checkpoint(*latest, contents);
-  if (state.seed != seed)
-    fail_at_config_key(config, {"run", "seed"}, "the checkpoint " + *latest + " was written with run.seed " +
-                                                   std::to_string(state.seed) + "; resume with the same seed");
-  spdlog::info("resumed from {} (step {}, optimizer step {}, data epoch {} offset {})", *latest, state.step,
-               state.optimizer_steps, state.data.epoch, state.data.offset);
-  return true;
+  const bool failed = std::ferror(file) != 0;
+  std::fclose(file);
+  if (failed) throw std::runtime_error("cannot read '" + path.string() + "'");
+  return out;
+}
+
+// Every file of a finished staging folder but the state file, with its size and checksum.
+std::map<std::string, CheckpointFile> record_files(const fs::path& dir) {
+  std::map<std::string, CheckpointFile> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name == kStateFile || !entry.is_regular_file()) continue;
+    files[name] = describe_file(entry.path());
+  }
+  return files;
+}
+
+std::string hex32(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
+
+// Sizes first (cheap), then checksums.
+void verify_files(const fs::path& dir, const std::map<std::string, CheckpointFile>& files) {
+  const std::string record = kStateFile;  // in the same folder as the file it names
+  for (const auto& [name, f] : files) {
+    const fs::path path = dir / name;
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec) throw CheckpointError(path.string() + ": missing (" + record + " records it): " + ec.message());
+    if (size != f.size)
+      throw CheckpointError(path.string() + ": " + std::to_string(size) + " bytes, but " + record + " records " +
+                            std::to_string(f.size));
+  }
+  for (const auto& [name, f] : files) {
+    const fs::path path = dir / name;
+    CheckpointFile found;
+    try {
+      found = describe_file(path);
+    } catch (const std::exception& e) {
+      throw CheckpointError(e.what());
+    }
+    if (found.crc32c != f.crc32c || found.size != f.size)
+      throw CheckpointError(path.string() + ": checksum (CRC-32C) " + hex32(found.crc32c) + " differs from the " +
+                            hex32(f.crc32c) + " recorded in " + record + ": the file is damaged");
+  }
+}
+
+// A checkpoint read into memory and verified; nothing restored yet.
+struct CheckpointData {
+  TrainerState state;
+  NamedTensorList policy;
+  torch::serialize::InputArchive optimizer;
+  torch::Tensor rng;
+  std::optional<NamedTensorList> reference;
+};
+
+// Every check that needs no change to the models: an error here leaves them as they were.
+void read_checkpoint(const fs::path& d, const CheckpointContents& c, CheckpointData& out) {
+  out.state = parse_state((d / kStateFile).string());
+  verify_files(d, out.state.files);
+  auto file_error = [&](const char* file, const std::string& what) { return CheckpointError((d / file).string() + ": " + what); };
+  try {
+    out.policy = load_checkpoint_tensors(d.string());
+  } catch (const std::exception& e) {
+    throw CheckpointError(d.string() + ": " + e.what());
+  }
+  try {
+    out.optimizer.load_from((d / kOptimizerFile).string());
+  } catch (const c10::Error& e) {
+    throw file_error(kOptimizerFile, std::string("cannot load the optimizer state: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw file_error(kOptimizerFile, std::string("cannot load the optimizer state: ") + e.what());
+  }
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from((d / kRngFile).string());
+    archive.read(kRngKey, out.rng);
+    at::detail::createCPUGenerator().set_state(out.rng);  // a scratch generator: checks the state's size
+  } catch (const c10::Error& e) {
+    throw file_error(kRngFile, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw file_error(kRngFile, e.what());
+  }
+  if (c.reference && fs::exists(d / kReferenceFile)) {
+    try {
+      out.reference = load_safetensors((d / kReferenceFile).string());
+    } catch (const std::exception& e) {
+      throw file_error(kReferenceFile, e.what());
+    }
+  }
+}
+
+void restore_checkpoint(const fs::path& d, CheckpointData& data, const CheckpointContents& c) {
+  load_model_weights(*c.policy, data.policy, d.string());
+  if (data.reference) load_model_weights(*c.reference, *data.reference, (d / kReferenceFile).string());
+  try {
+    c.optimizer->load(data.optimizer);
+  } catch (const c10::Error& e) {
+    throw CheckpointError((d / kOptimizerFile).string() + ": cannot restore the optimizer state: " + e.what_without_backtrace());
+  }
+  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle: shares the global state
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(data.rng);
+}
+
+std::string step_list(const std::vector<std::pair<std::int64_t, fs::path>>& all) {
+  std::vector<std::string> names;
+  for (const auto& [step, path] : all) names.push_back(checkpoint_step_name(step));
+  return names.empty() ? std::string("none") : join(names, ", ");
+}
+
+}  // namespace
+
+TrainerState save_checkpoint(const std::string& run_dir, const TrainerState& state, const CheckpointContents& c,
+                             std::int64_t keep_last) {
+  const fs::path root = checkpoint_root(run_dir);
+  const fs::path final_dir = checkpoint_path(run_dir, state.step);
+  const fs::path staging = root / ("." + checkpoint_step_name(state.step) + ".partial");
+  TrainerState written = state;
+  try {
+    fs::create_directories(root);
+    remove_checkpoint_staging(run_dir);  // leftovers of a killed save
+    SaveOptions options;
+    options.tokenizer = c.tokenizer;
+    options.chat_template_name = c.chat_template_name;
+    options.generation_config_json = c.generation_config_json;
+    save_model(staging.string(), *c.policy, options);
+    save_optimizer(*c.optimizer, (staging / kOptimizerFile).string());
+    {
+      torch::serialize::OutputArchive archive;
+      // LibTorch's CPU generator: its state is a CPU tensor by nature (whatever the model's device).
+      archive.write(kRngKey, at::detail::getDefaultCPUGenerator().get_state());
+      save_archive(archive, (staging / kRngFile).string());
+    }
+    if (c.reference) save_safetensors((staging / kReferenceFile).string(), model_state_tensors(*c.reference));
+    written.files = record_files(staging);
+    atomic_write_file((staging / kStateFile).string(), state_json(written).dump(2) + "\n");
+    replace_directory(staging.string(), final_dir.string());  // a re-run of the same step replaces it
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    throw CheckpointError("cannot save the checkpoint of step " + std::to_string(state.step) + " to " +
+                          final_dir.string() + " (the checkpoints saved before are untouched): " + e.what());
+  }
+
+  if (keep_last > 0) {
+    auto all = complete_checkpoints(run_dir);
+    for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < all.size(); ++i) {
+      std::error_code ec;
+      fs::remove_all(all[i].second, ec);
+      if (ec) spdlog::warn("cannot remove the old checkpoint {} (checkpoint.keep_last): {}", all[i].second.string(), ec.message());
+    }
+  }
+  return written;
+}
+
+TrainerState load_checkpoint(const std::string& dir, const CheckpointContents& c) {
+  CheckpointData data;
+  read_checkpoint(dir, c, data);
+  restore_checkpoint(dir, data, c);
+  return data.state;
+}
+
+bool resume_from_checkpoint(const sdk::ConfigValue& config, const std::string& run_dir, std::uint64_t seed,
+                            std::int64_t step, const CheckpointContents& contents, TrainerState& state) {
+  const auto all = complete_checkpoints(run_dir);
+  std::vector<std::pair<std::int64_t, fs::path>> candidates;
+  if (step > 0) {
+    for (const auto& entry : all)
+      if (entry.first == step) candidates.push_back(entry);
+    if (candidates.empty())
+      fail_at_config_key(config, {"run", "resume_from"},
+                         "no complete checkpoint " + checkpoint_step_name(step) + " in " + checkpoint_root(run_dir) +
+                             " (complete: " + step_list(all) + ")");
+  } else {
+    if (all.empty()) {
+      spdlog::warn("resume: no complete checkpoint in {}; starting from step 0", checkpoint_root(run_dir));
+      return false;
+    }
+    candidates.assign(all.rbegin(), all.rend());
+  }
+  std::vector<std::string> failures;
+  for (const auto& [candidate_step, dir] : candidates) {
+    try {
+      CheckpointData data;
+      read_checkpoint(dir, contents, data);
+      if (data.state.step != candidate_step)
+        throw CheckpointError((dir / kStateFile).string() + ": records step " + std::to_string(data.state.step) +
+                              ", not the folder's step " + std::to_string(candidate_step));
+      if (data.state.seed != seed)
+        fail_at_config_key(config, {"run", "seed"}, "the checkpoint " + dir.string() + " was written with run.seed " +
+                                                       std::to_string(data.state.seed) + "; resume with the same seed");
+      restore_checkpoint(dir, data, contents);
+      state = std::move(data.state);
+    } catch (const CheckpointError& e) {
+      if (step > 0) throw CheckpointError("run.resume_from = " + std::to_string(step) + ": " + e.what());
+      spdlog::warn("resume: skipping the checkpoint {}: {}", dir.string(), e.what());
+      failures.push_back(checkpoint_step_name(candidate_step) + ": " + e.what());
+      continue;
+    }
+    if (!failures.empty())
+      spdlog::warn("resume: {} newer checkpoint(s) could not be loaded; falling back to {}", failures.size(), dir.string());
+    spdlog::info("resumed from {} (step {}, optimizer step {}, data epoch {} offset {}; {} files verified)", dir.string(),
+                 state.step, state.optimizer_steps, state.data.epoch, state.data.offset, state.files.size());
+    return true;
+  }
+  throw CheckpointError("resume: none of the " + std::to_string(candidates.size()) + " complete checkpoints in " +
+                        checkpoint_root(run_dir) + " can be loaded: " + join(failures, "; "));
 }
 
 }  // namespace grpo::core

@@ -4,15 +4,25 @@
 // counters, the rollout queue policy), optimizer.pt (AdamW moments), rng.pt (LibTorch's CPU
 // generator) and, when the reference model is Polyak-updated, reference.safetensors.
 //
-// A checkpoint is written under a hidden staging name (.step_000010.partial) and renamed into
-// place only when every file is complete, so a kill during a save never leaves a folder that
-// looks complete; `trainer_state.json` is written last as a second guard. Leftover staging
-// folders are removed by the next save.
+// Durability: every file goes through the atomic writer (fsynced) into a hidden staging folder
+// (.step_000010.partial) that is renamed into place only when every file is complete
+// (replace_directory: the staging folder fsynced before, checkpoints/ after), so neither a kill
+// nor a power cut leaves a folder that looks complete; `trainer_state.json` is written last as a
+// second guard and records each other file's size and CRC-32C. A failed save (a full disk, ...)
+// removes its staging folder and leaves the earlier checkpoints as they were; staging folders
+// an interrupted process left are removed at start-up (remove_checkpoint_staging) and by the
+// next save.
+//
+// Loading reads and verifies everything first (sizes, checksums, every file parsed into
+// memory) and only then restores the model, optimizer and generator, so a damaged checkpoint
+// is rejected before it changes anything. Resume falls back from a newest checkpoint that
+// cannot be loaded to the next older one, saying why.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -24,6 +34,12 @@ namespace grpo::core {
 
 class Tokenizer;
 
+// One file of a checkpoint folder as trainer_state.json records it.
+struct CheckpointFile {
+  std::uint64_t size = 0;    // bytes
+  std::uint32_t crc32c = 0;  // CRC-32C of the bytes (core/metrics/crc32c.h)
+};
+
 struct TrainerState {
   std::int64_t step = 0;              // training steps completed
   std::int64_t optimizer_steps = 0;   // drives the LR schedule
@@ -32,6 +48,9 @@ struct TrainerState {
   std::int64_t stale_batches_dropped = 0;
   std::int64_t async_steps = 0;       // rollout queue policy the run used
   std::uint64_t seed = 0;
+  // Every other file of the checkpoint this state was saved to or loaded from, by name;
+  // set by save_checkpoint and load_checkpoint (what the caller passes in is ignored).
+  std::map<std::string, CheckpointFile> files;
 };
 
 struct CheckpointContents {
@@ -43,19 +62,32 @@ struct CheckpointContents {
   std::string generation_config_json;
 };
 
-// Writes the checkpoint of state.step atomically; then deletes complete checkpoints beyond
-// the newest `keep_last` (0 = keep all).
-void save_checkpoint(const std::string& run_dir, const TrainerState& state, const CheckpointContents& contents,
-                     std::int64_t keep_last);
+// Writes the checkpoint of state.step atomically and durably, then deletes complete checkpoints
+// beyond the newest `keep_last` (0 = keep all). Returns the state as written (with `files`).
+// Any failure is a CheckpointError (core/model/checkpoint.h) naming the checkpoint and the
+// cause; the staging folder is removed and the earlier checkpoints are untouched.
+TrainerState save_checkpoint(const std::string& run_dir, const TrainerState& state, const CheckpointContents& contents,
+                             std::int64_t keep_last);
 
-// --resume: restores `state` and `contents` from the newest complete checkpoint of run_dir and
-// returns true (logged); without one, warns and returns false (a fresh start). A checkpoint
-// written with another run.seed is a ConfigError naming run.seed.
-bool resume_from_latest_checkpoint(const sdk::ConfigValue& config, const std::string& run_dir, std::uint64_t seed,
-                                   const CheckpointContents& contents, TrainerState& state);
+// Resume (run.resume, run.resume_from): restores `state` and `contents` and returns true (logged).
+//   step == 0: the newest complete checkpoint of run_dir; one that cannot be loaded (a missing
+//              file, a size or checksum that differs from its record, a file that does not
+//              parse or fit the model) is skipped with a warning saying why, for the next older
+//              one. None loading is a CheckpointError naming each; no complete checkpoint at
+//              all warns and returns false (a fresh start).
+//   step > 0:  that step's checkpoint, without fallback: a ConfigError naming run.resume_from
+//              when it is not a complete checkpoint, a CheckpointError when it cannot be loaded.
+// A checkpoint written with another run.seed is a ConfigError naming run.seed (no fallback).
+bool resume_from_checkpoint(const sdk::ConfigValue& config, const std::string& run_dir, std::uint64_t seed,
+                            std::int64_t step, const CheckpointContents& contents, TrainerState& state);
 
-// Restores policy weights, optimizer, RNG, reference (when saved and `contents.reference` is
-// set) and returns the trainer state. Errors name the folder and file.
+// Verifies the folder (every recorded file's size and CRC-32C, every file parsed), then restores
+// policy weights, optimizer, LibTorch's default CPU generator and the reference (when saved and
+// `contents.reference` is set), and returns the trainer state. Errors are CheckpointErrors
+// naming the folder and file; one found while verifying leaves everything as it was. (The
+// restore itself can fail only for a checkpoint that does not fit these models or optimizer,
+// after the policy may have been restored: a resume then restores all of it again from the
+// next checkpoint, or stops.)
 TrainerState load_checkpoint(const std::string& dir, const CheckpointContents& contents);
 
 }  // namespace grpo::core

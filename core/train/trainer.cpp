@@ -170,7 +170,7 @@ void Trainer::resume_or_start() {
   contents_.tokenizer = &*policy_.tokenizer;
   contents_.chat_template_name = s_.chat_template_name;
   contents_.generation_config_json = policy_.model.generation_config_json;
-  resumed_ = s_.resume && resume_from_latest_checkpoint(config_, s_.run_dir, s_.seed, contents_, state_);
+  resumed_ = s_.resume && resume_from_checkpoint(config_, s_.run_dir, s_.seed, s_.resume_from, contents_, state_);
   main_rank_ = !dist_ || dist_->is_main();
   if (dist_) check_ranks_agree(*dist_, config_, resumed_ ? state_.step : 0, model_);
 }

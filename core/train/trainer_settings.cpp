@@ -42,7 +42,8 @@ void read_run_and_rollout(const sdk::ConfigValue& root, const Sections& c, Train
   };
   s.run_dir = c.run.get_string("output_dir", s.run_dir);
   s.seed = static_cast<std::uint64_t>(c.run.get_int("seed", static_cast<std::int64_t>(s.seed)));
-  s.resume = c.run.get_bool("resume", s.resume);
+  s.resume_from = at_least("run", "resume_from", c.run.get_int("resume_from", s.resume_from), 0);
+  s.resume = c.run.get_bool("resume", s.resume) || s.resume_from > 0;
   s.steps = at_least("train", "steps", c.train.get_int("steps", s.steps), 1);
 
   const sdk::ConfigView& rollout = c.rollout;

@@ -29,6 +29,7 @@ struct TrainerSettings {
   std::string run_dir = "runs/grpo";  // run.output_dir
   std::uint64_t seed = 1;
   bool resume = false;
+  std::int64_t resume_from = 0;       // run.resume_from: 0 = the newest loadable checkpoint
   std::int64_t steps = 100;
 
   std::int64_t num_prompts = 16;       // rollout.num_unique_prompts

@@ -83,6 +83,7 @@ TEST(SettingsDefaults, TrainerSettingsEqualTheSchema) {
   EXPECT_DEFAULT(read, def, run_dir, "run.output_dir");
   EXPECT_DEFAULT(read, def, seed, "run.seed");
   EXPECT_DEFAULT(read, def, resume, "run.resume");
+  EXPECT_DEFAULT(read, def, resume_from, "run.resume_from");
   EXPECT_DEFAULT(read, def, steps, "train.steps");
   EXPECT_DEFAULT(read, def, num_prompts, "rollout.num_unique_prompts");
   EXPECT_DEFAULT(read, def, group_size, "rollout.num_samples_per_prompt");
@@ -173,6 +174,7 @@ TEST(SettingsDefaults, SftSettingsEqualTheSchema) {
   EXPECT_DEFAULT(read, def, run_dir, "run.output_dir");
   EXPECT_DEFAULT(read, def, seed, "run.seed");
   EXPECT_DEFAULT(read, def, resume, "run.resume");
+  EXPECT_DEFAULT(read, def, resume_from, "run.resume_from");
   EXPECT_DEFAULT(read, def, steps, "sft.steps");
   EXPECT_DEFAULT(read, def, batch_size, "sft.batch_size");
   EXPECT_DEFAULT(read, def, random_init, "sft.init");

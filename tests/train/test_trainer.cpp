@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "tests/support/run_command.h"
 #include "tests/metrics/tfevents_reader.h"
 #include "tests/support/test_dir.h"
+#include "tests/train/digit_task_runs.h"
 #include "tests/train/trainer_fixtures.h"
 
 namespace {
@@ -25,50 +27,9 @@ namespace fs = std::filesystem;
 using grpo::testing::fresh_test_dir;
 using grpo::testing::read_metrics;
 using grpo::testing::run_command;
-
-// The task data and the warm-started task model, each made once per test process (ctest
-// runs every test in its own process).
-const std::string& task_dir() {
-  static const std::string dir = [] {
-    const std::string d = std::string(GRPO_TEST_TMP_DIR) + "/trainer-task-" + std::to_string(::getpid());
-    fs::remove_all(d);
-    fs::create_directories(d);
-    grpo::testing::write_digit_task(d, 400, 200, 7);
-    return d;
-  }();
-  return dir;
-}
-
-const std::string& task_model() {
-  static const std::string dir = [] {
-    const std::string d = task_dir() + "/model";
-    grpo::testing::make_digit_task_model(d, 3);
-    return d;
-  }();
-  return dir;
-}
-
-// A run config for the task; tests change it with --set. `model` defaults to the task model.
-std::string write_config(const std::string& dir, const std::string& run_dir, const std::string& model = "") {
-  const std::string path = dir + "/run.yaml";
-  std::ofstream(path) << grpo::testing::digit_task_config_head(task_dir(), model.empty() ? task_model() : model,
-                                                               GRPO_PLUGIN_BUILD_DIR, /*with_eval=*/true, run_dir)
-                      << "algorithm: {advantage: grpo, policy_loss: ppo_clip, loss_aggregation: token-mean}\n"
-                      << "reward: {verification_reward: 1.0, num_threads: 2}\n"
-                      << "rollout:\n"
-                      << "  num_unique_prompts: 16\n  num_samples_per_prompt: 8\n  max_new_tokens: 2\n"
-                      << "  max_prompt_tokens: 8\n  temperature: 1.0\n  async_steps: 0\n"
-                      << "  backend: {name: native, max_num_seqs: 128}\n"
-                      << "train: {steps: 30, learning_rate: 3.0e-3, pack_length: 64, per_device_train_batch_size: 4}\n"
-                      << "eval: {max_prompts: 200}\n";
-  return path;
-}
-
-std::string run_grpo(const std::string& args, int* exit_code) {
-  const auto r = run_command(std::string(GRPO_RUN_BINARY) + " " + args + " 2>&1");
-  *exit_code = r.exit_code;
-  return r.output;
-}
+using grpo::testing::run_grpo;
+using grpo::testing::task_model;
+using grpo::testing::write_config;
 
 TEST(TrainerLearns, EvalCorrectRateRisesOnTheDigitTask) {
   const std::string dir = fresh_test_dir("trainer");
@@ -115,7 +76,10 @@ std::map<std::string, nlohmann::json> deterministic_metrics(const nlohmann::json
 }
 
 // In every precision whose masters are float32: bf16-mixed's casts are as deterministic as
-// float32's arithmetic, so a resumed bf16-mixed run is bit-identical too.
+// float32's arithmetic, so a resumed bf16-mixed run is bit-identical too. The learning rate
+// warms up and decays (linear, 4 warmup steps of 12 optimizer steps), so a resume that does not
+// restore the optimizer step count trains at other rates and the metrics (`lr`) and weights
+// differ; with a constant rate it would go unnoticed.
 class TrainerResume : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TrainerResume, KilledRunResumesToBitIdenticalWeightsAndMetrics) {
@@ -125,11 +89,16 @@ TEST_P(TrainerResume, KilledRunResumesToBitIdenticalWeightsAndMetrics) {
                              " --set train.steps=6 --set checkpoint.save_freq=3 --set checkpoint.keep_last=0"
                              " --set rollout.num_unique_prompts=8 --set rollout.num_samples_per_prompt=4"
                              " --set eval.every=3 --set eval.max_prompts=20 --set algorithm.kl_estimator=k3"
-                             " --set algorithm.kl_coef=0.05 --set train.num_mini_batches=2";
+                             " --set algorithm.kl_coef=0.05 --set train.num_mini_batches=2"
+                             " --set train.lr_schedule=linear --set train.warmup_steps=4";
   int code = 0;
   const std::string full_dir = dir + "/full";
   std::string out = run_grpo(common + " --set run.output_dir=" + full_dir, &code);
   ASSERT_EQ(code, 0) << out;
+  std::set<double> rates;
+  for (const auto& line : read_metrics(full_dir))
+    if (line.contains("lr")) rates.insert(line.at("lr").get<double>());
+  ASSERT_GE(rates.size(), 4u) << "the schedule is not in effect";
 
   // The same run, SIGKILLed as soon as the step-3 checkpoint is complete, then resumed.
   const std::string cut_dir = dir + "/cut";

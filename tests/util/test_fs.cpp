@@ -1,10 +1,12 @@
-// atomic_write_file / read_file: the durability rule for every output of a run.
+// atomic_write_file / read_file: the durability rule for every output of a run; folder
+// fsync and replacement; the run directory's lock.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -86,6 +88,64 @@ TEST(AtomicWrite, ReadOnlyDirectoryThrowsNamingThePath) {
   EXPECT_NE(msg.find("'" + path + "'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("Permission denied"), std::string::npos) << msg;
   EXPECT_EQ(entries_in(dir), 0u);
+}
+
+TEST(FsyncDirectory, MissingFolderThrowsNamingIt) {
+  const std::string dir = test_dir();
+  fsync_directory(dir);
+  const std::string msg = runtime_error_of([&] { fsync_directory(dir + "/gone"); });
+  EXPECT_EQ(msg, "cannot open folder '" + dir + "/gone': No such file or directory");
+}
+
+TEST(ReplaceDirectory, MovesIntoPlaceOrSwapsAndLeavesNoStaging) {
+  const std::string dir = test_dir();
+  fs::create_directories(dir + "/staging");
+  atomic_write_file(dir + "/staging/a", "first");
+  replace_directory(dir + "/staging", dir + "/target");
+  EXPECT_EQ(read_file(dir + "/target/a"), "first");
+  fs::create_directories(dir + "/staging");
+  atomic_write_file(dir + "/staging/b", "second");
+  replace_directory(dir + "/staging", dir + "/target");
+  EXPECT_EQ(read_file(dir + "/target/b"), "second");
+  EXPECT_FALSE(fs::exists(dir + "/target/a")) << "the old contents were merged, not replaced";
+  EXPECT_EQ(entries_in(dir), 1u) << "staging or the old contents left behind";
+}
+
+TEST(ReplaceDirectory, RefusesToReplaceAFile) {
+  const std::string dir = test_dir();
+  fs::create_directories(dir + "/staging");
+  std::ofstream(dir + "/target") << "x";
+  const std::string msg = runtime_error_of([&] { replace_directory(dir + "/staging", dir + "/target"); });
+  EXPECT_EQ(msg, "'" + dir + "/target' exists and is not a folder; refusing to replace it");
+  EXPECT_TRUE(fs::is_directory(dir + "/staging"));
+}
+
+// flock locks belong to open files, so a second FileLock in this process contends like another
+// process would.
+TEST(FileLock, SecondLockFailsNamingTheHolderUntilTheFirstIsReleased) {
+  const std::string path = test_dir() + "/.lock";
+  std::string holder = "untouched";
+  std::optional<FileLock> first = FileLock::try_acquire(path, &holder);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(holder, "untouched");
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  EXPECT_EQ(read_file(path), std::to_string(::getpid()) + " " + host + "\n");
+
+  EXPECT_FALSE(FileLock::try_acquire(path, &holder).has_value());
+  EXPECT_EQ(holder, std::to_string(::getpid()) + " " + host);
+
+  FileLock moved = std::move(*first);  // the lock goes with the object
+  first.reset();
+  EXPECT_FALSE(FileLock::try_acquire(path, &holder).has_value());
+  { FileLock gone = std::move(moved); }
+  EXPECT_TRUE(FileLock::try_acquire(path, &holder).has_value());
+}
+
+TEST(FileLock, UnopenablePathThrowsNamingIt) {
+  const std::string path = test_dir() + "/missing/.lock";
+  const std::string msg = runtime_error_of([&] { FileLock::try_acquire(path, nullptr); });
+  EXPECT_EQ(msg, "cannot open lock file '" + path + "': No such file or directory");
 }
 
 TEST(ReadFile, MissingFileThrowsNamingThePath) {
