@@ -1,4 +1,5 @@
-// CRC-32C (Castagnoli), the checksum of TFRecord framing in TensorBoard event files.
+// CRC-32C (Castagnoli): the checksum of TFRecord framing in TensorBoard event files and of
+// checkpoint files (trainer_state.json records one per file). SSE4.2 hardware where the CPU has it.
 #pragma once
 
 #include <cstddef>

@@ -32,8 +32,10 @@ constexpr const char* kOptimizerFile = "optimizer.pt";
 constexpr const char* kRngFile = "rng.pt";
 constexpr const char* kReferenceFile = "reference.safetensors";
 constexpr const char* kRngKey = "cpu_generator_state";
-// 2: "files" (sizes and checksums) added.
+// 2: "files" (sizes and checksums) added. Format 1 checkpoints (written before) still load,
+// unverified: an upgrade must not strand a run's checkpoints.
 constexpr int kStateFormat = 2;
+constexpr int kStateFormatWithoutFiles = 1;
 
 nlohmann::ordered_json state_json(const TrainerState& s) {
   nlohmann::ordered_json j;
@@ -58,9 +60,10 @@ TrainerState parse_state(const std::string& path) {
     const std::string text = read_file(path);
     if (auto error = json_nesting_error(text)) throw std::runtime_error(*error);
     const auto j = nlohmann::json::parse(text);
-    if (j.value("format", 0) != kStateFormat)
-      throw std::runtime_error("format " + std::to_string(j.value("format", 0)) + " is not the supported " +
-                               std::to_string(kStateFormat));
+    const int format = j.value("format", 0);
+    if (format != kStateFormat && format != kStateFormatWithoutFiles)
+      throw std::runtime_error("format " + std::to_string(format) + " is not a supported one (" +
+                               std::to_string(kStateFormatWithoutFiles) + " or " + std::to_string(kStateFormat) + ")");
     s.step = j.at("step").get<std::int64_t>();
     s.optimizer_steps = j.at("optimizer_steps").get<std::int64_t>();
     s.data.epoch = j.at("data_epoch").get<std::uint64_t>();
@@ -69,6 +72,7 @@ TrainerState parse_state(const std::string& path) {
     s.stale_batches_dropped = j.at("stale_batches_dropped").get<std::int64_t>();
     s.async_steps = j.at("async_steps").get<std::int64_t>();
     s.seed = j.at("seed").get<std::uint64_t>();
+    if (format == kStateFormatWithoutFiles) return s;  // nothing recorded to verify (read_checkpoint warns)
     for (const auto& [name, f] : j.at("files").items()) {
       // Names are plain file names of this folder (the JSON is data: no paths out of it).
       if (name.empty() || name == "." || name == ".." || name == kStateFile || name.find('/') != std::string::npos)
@@ -152,6 +156,9 @@ struct CheckpointData {
 // Every check that needs no change to the models: an error here leaves them as they were.
 void read_checkpoint(const fs::path& d, const CheckpointContents& c, CheckpointData& out) {
   out.state = parse_state((d / kStateFile).string());
+  if (out.state.files.empty())
+    spdlog::warn("{}: written before checkpoints recorded sizes and checksums (trainer_state.json format {}): its files "
+                 "are loaded unverified", d.string(), kStateFormatWithoutFiles);
   verify_files(d, out.state.files);
   auto file_error = [&](const char* file, const std::string& what) { return CheckpointError((d / file).string() + ": " + what); };
   try {

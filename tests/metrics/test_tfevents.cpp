@@ -74,6 +74,21 @@ TEST(Crc32c, PublishedCheckValues) {
   EXPECT_EQ(grpo::core::crc32c(nullptr, 0), 0u);
 }
 
+// crc32c, by whichever path it takes on this CPU (SSE4.2 or the table), against the bit-by-bit
+// definition (tfevents_reader.h) at every alignment and tail length, and in pieces.
+TEST(Crc32c, EveryAlignmentAndLengthMatchesTheBitwiseDefinition) {
+  std::vector<unsigned char> buf(1 << 16);
+  std::uint32_t x = 12345;
+  for (auto& b : buf) b = static_cast<unsigned char>((x = x * 1103515245u + 12345u) >> 16);
+  for (std::size_t offset = 0; offset < 8; ++offset)
+    for (std::size_t n = 0; n < 80; ++n)
+      ASSERT_EQ(grpo::core::crc32c(buf.data() + offset, n), grpo::testing::reference_crc32c(buf.data() + offset, n)) << offset << " " << n;
+  const std::uint32_t whole = grpo::testing::reference_crc32c(buf.data(), buf.size());
+  EXPECT_EQ(grpo::core::crc32c(buf.data(), buf.size()), whole);
+  const std::uint32_t head = grpo::core::crc32c(buf.data(), 1001);
+  EXPECT_EQ(grpo::core::crc32c(buf.data() + 1001, buf.size() - 1001, head), whole);
+}
+
 TEST(Crc32c, MaskedLengthOfTheStandardHeaderRecord) {
   // Every event file TensorFlow or PyTorch writes opens with the 24-byte file_version record:
   // bytes 18 00 00 00 00 00 00 00 a3 7f 4b 22.

@@ -152,6 +152,27 @@ TEST(TrainerCheckpoint, RestoresLibTorchsDefaultGenerator) {
   EXPECT_TRUE(torch::equal(torch::rand({8}), after_save));
 }
 
+// A checkpoint of the previous format (1: no "files" records, as grpo-run wrote them before
+// sizes and checksums) still resumes, unverified: an upgrade must not strand a run.
+TEST(TrainerCheckpoint, PreviousFormatWithoutRecordsStillLoads) {
+  const std::string run = grpo::testing::fresh_test_dir("train_state");
+  Policy saved(1);
+  saved.step(10);
+  save_checkpoint(run, sample_state(3), saved.contents, 0);
+  const fs::path state_file = checkpoint_path(run, 3) + "/trainer_state.json";
+  std::ofstream(state_file) << R"({"format": 1, "step": 3, "optimizer_steps": 13, "data_epoch": 2, "data_offset": 5,
+    "consecutive_nonfinite": 1, "stale_batches_dropped": 4, "async_steps": 2, "seed": 42})";
+  Policy loaded(2);
+  const TrainerState back = load_checkpoint(checkpoint_path(run, 3), loaded.contents);
+  EXPECT_EQ(back.step, 3);
+  EXPECT_EQ(back.optimizer_steps, 13);
+  EXPECT_TRUE(back.files.empty());
+  EXPECT_TRUE(same_weights(loaded.weights(), saved.weights()));
+  std::ofstream(state_file) << R"({"format": 7, "step": 3})";
+  const std::string msg = error_of<CheckpointError>([&] { load_checkpoint(checkpoint_path(run, 3), loaded.contents); });
+  EXPECT_NE(msg.find("format 7 is not a supported one (1 or 2)"), std::string::npos) << msg;
+}
+
 // Each kind of damage is found while verifying, before anything is restored.
 TEST(TrainerCheckpoint, DamagedFileIsRejectedBeforeTheModelChanges) {
   const std::string run = grpo::testing::fresh_test_dir("train_state");
