@@ -50,8 +50,9 @@ struct TrainingPrompts {
   PromptSet train, eval;  // eval is empty without data.eval
 };
 
-// Loads and tokenizes data.train (which must leave a row) and data.eval, checks that the
-// verifiers can route every row (check_verifier_labels) and logs the row counts.
+// Loads and tokenizes data.train (named: training_components checks it; it must leave a row)
+// and data.eval, checks that the verifiers can route every row (check_verifier_labels) and logs
+// the row counts.
 TrainingPrompts load_training_prompts(const TrainingJobSettings& settings, const sdk::ConfigValue& config,
                                       const RuntimeComponents& components, const Tokenizer& tokenizer);
 
