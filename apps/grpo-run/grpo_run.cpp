@@ -29,6 +29,7 @@
 #include "core/runtime/policy.h"
 #include "core/runtime/threads.h"
 #include "core/train/trainer.h"
+#include "core/train/trainer_setup.h"
 #include "core/util/fs.h"
 #include "core/util/strings.h"
 #include "grpo/sdk/config_view.h"
@@ -163,20 +164,18 @@ int run(const Options& opt) {
   }
 
   if (opt.validate) {
+    // What training checks before its first step, but for the weights, the run directory and the other ranks.
     log_blas_status();
     (void)dist::dist_options(config);  // dist.* errors (e.g. nccl in a CPU build) as training would report them
-    // The policy's files first: their errors name model.path, not the backend option filled from it.
-    const PolicySpec policy = policy_spec(config);
-    const PolicyFiles files = check_policy_files(policy);
-    load_configured_plugins(registry, config);
-    RuntimeComponents components = create_components(registry, config);
-    const AlgorithmSettings algorithm = algorithm_settings(config);
+    const CheckedTrainingJob job = check_training_job(config, registry, /*world_size=*/1, /*fragment=*/true);
+    const PolicySpec& policy = job.policy;
+    const PolicyFiles& files = job.files;
     std::vector<std::string> names;
-    for (const auto& v : components.verifiers) names.push_back(v.key_path + "=" + v.name);
-    for (const auto& c : components.configured_slots()) names.push_back(c);
+    for (const auto& v : job.components.verifiers) names.push_back(v.key_path + "=" + v.name);
+    for (const auto& c : job.components.configured_slots()) names.push_back(c);
     std::cout << "config OK: " << (opt.configs.empty() ? std::string("(defaults)") : join(opt.configs, ", ")) << "\n"
               << "components: " << (names.empty() ? std::string("(none configured)") : join(names, ", ")) << "\n"
-              << "algorithm: " << describe(algorithm) << "\n"
+              << "algorithm: " << describe(job.settings.trainer.algorithm) << "\n"
               << "model: " << (policy.model_path.empty() ? std::string("(none configured)")
                                                          : policy.model_path + " (" + architecture_name(files.model_config.architecture) + ")")
               << "\n"
@@ -184,7 +183,16 @@ int run(const Options& opt) {
               << (policy.device.is_cpu() ? " (CPU bf16: " + cpu_bf16_support().describe() + ")" : std::string()) << "\n"
               << "tokenizer: " << (files.tokenizer ? policy.tokenizer_path + " (" + std::to_string(files.tokenizer->vocab_size()) + " ids, chat template " + policy.chat_template_name + ")"
                                                    : std::string("(none configured)"))
+              << "\n"
+              << "data: " << (job.prompts.train.examples.empty() ? std::string("(not loaded)")
+                                                                  : std::to_string(job.prompts.train.examples.size()) + " training rows, " +
+                                                                        std::to_string(job.prompts.eval.examples.size()) + " eval rows")
               << "\n";
+    // A fragment (a preset, a plugin's options) validates; what it lacks to train is said, with training's words.
+    if (!job.missing.empty()) {
+      std::cout << "not yet a training job (training would stop at the first of these; the checks that need them were skipped):\n";
+      for (const auto& m : job.missing) std::cout << "  " << m << "\n";
+    }
     return kExitOk;
   }
 
@@ -209,14 +217,12 @@ int run(const Options& opt) {
   std::optional<RunDir> run_dir;
   if (world.rank == 0) run_dir = prepare_run_dir(config);
   log_blas_status();
-  const TrainingJobSettings job = training_job_settings(config);  // every setting the job reads, once
-  const PolicySpec policy_config = policy_spec(config);
-  check_policy_files(policy_config);  // errors name model.path, before the backend loads it
-  load_configured_plugins(registry, config);
-  RuntimeComponents components = create_components(registry, config);
-  spdlog::info("constructed {} verifier(s) and {} other component(s)", components.verifiers.size(),
-               components.configured_slots().size());
-  spdlog::info("algorithm: {}", describe(job.trainer.algorithm));
+  // The checks --validate runs, before the weights load.
+  CheckedTrainingJob job = check_training_job(config, registry, world.world_size);
+  const PolicySpec& policy_config = job.policy;
+  spdlog::info("constructed {} verifier(s) and {} other component(s)", job.components.verifiers.size(),
+               job.components.configured_slots().size());
+  spdlog::info("algorithm: {}", describe(job.settings.trainer.algorithm));
   LoadedPolicy policy = load_policy(policy_config);
   if (policy.model.model) {
     int64_t parameters = 0;
@@ -231,7 +237,7 @@ int run(const Options& opt) {
                  policy.tokenizer->vocab_size(), policy_config.chat_template_name);
   std::unique_ptr<dist::Distributed> distributed;
   if (world.distributed()) distributed = std::make_unique<dist::Distributed>(world, dist_opts, policy_config.device.is_cuda());
-  run_training(job, config, components, policy, policy_config, distributed.get());
+  run_training(job, config, policy, distributed.get());
   return kExitOk;
 }
 
@@ -249,7 +255,7 @@ int grpo_run_main(int argc, char** argv) {
     ("config,c", po::value(&opt.configs)->composing(), "YAML config file; repeatable, later files win")
     ("set,s", po::value(&opt.sets)->composing(), "override a key: --set a.b.c=VALUE (VALUE is YAML); repeatable")
     ("print-config", po::bool_switch(&opt.print_config), "print the effective config as YAML and exit")
-    ("validate", po::bool_switch(&opt.validate), "parse the config, load every named plugin, construct every component, then exit")
+    ("validate", po::bool_switch(&opt.validate), "run every check training runs before its first step (settings, plugins, components, model config, tokenizer, data), then exit")
     ("resume", po::bool_switch(&opt.resume), "continue the run in run.output_dir from its latest complete checkpoint; one that cannot be loaded is skipped, with a warning, for the next older one (same as --set run.resume=true)")
     ("resume-from", po::value<std::int64_t>()->value_name("STEP"), "continue the run in run.output_dir from the checkpoint of step STEP, with no fallback (same as --set run.resume_from=STEP)")
     ("list-plugins", po::bool_switch(&opt.list_plugins), "list the components of every plugin on the search path")

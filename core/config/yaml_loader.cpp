@@ -108,6 +108,63 @@ class Builder {
   std::vector<YAML::Node> ancestors_;
 };
 
+// Bounds the tree before it is built. An alias copies its anchor's value wherever it is used, so a few
+// hundred bytes of nested aliases (a "billion laughs" document) stand for 10^9 values: built, they would
+// take gigabytes and many seconds before std::bad_alloc. Counting the expanded values on yaml-cpp's graph
+// (which shares aliased nodes) allocates nothing and stops at the limit. Cycles are left to Builder, which
+// names them.
+class ExpansionCounter {
+ public:
+  explicit ExpansionCounter(const std::string& source) : source_(source) {}
+
+  void count(const YAML::Node& node) {
+    if (++values_ > kMaxConfigValues) fail(node);
+    if (!node.IsSequence() && !node.IsMap()) return;
+    for (const YAML::Node& a : ancestors_)
+      if (a.is(node)) return;
+    ancestors_.push_back(node);
+    if (node.IsSequence()) {
+      std::size_t i = 0;
+      for (const YAML::Node& item : node) {
+        path_.push_back(Step{nullptr, i++});
+        count(item);
+        path_.pop_back();
+      }
+    } else {
+      for (auto it = node.begin(); it != node.end(); ++it) {
+        path_.push_back(Step{it->first.IsScalar() ? &it->first.Scalar() : nullptr, 0});
+        count(it->second);
+        path_.pop_back();
+      }
+    }
+    ancestors_.pop_back();
+  }
+
+ private:
+  struct Step {
+    const std::string* key;  // null: a list index
+    std::size_t index;
+  };
+
+  [[noreturn]] void fail(const YAML::Node& node) const {
+    std::string path;
+    for (const Step& s : path_) path += s.key ? (path.empty() ? "" : ".") + *s.key : "[" + std::to_string(s.index) + "]";
+    const YAML::Mark m = node.Mark();
+    // An aliased node's mark is its anchor's: the line shows which definition is being copied.
+    const std::string where = m.is_null() ? SourceLocation{source_, 0, 0}.to_string()
+                                          : SourceLocation{source_, m.line + 1, m.column + 1}.to_string();
+    throw ConfigError((where.empty() ? "" : where + ": ") + (path.empty() ? "" : path + ": ") +
+                      "the document holds more than " + std::to_string(kMaxConfigValues) +
+                      " values once its aliases are expanded (each *alias copies its anchor's value); "
+                      "a configuration never needs that many: is it an alias bomb?");
+  }
+
+  const std::string& source_;
+  std::size_t values_ = 0;
+  std::vector<YAML::Node> ancestors_;
+  std::vector<Step> path_;
+};
+
 // ---- enclosing_key_path helpers ----
 
 struct KeyOnLine {
@@ -312,6 +369,7 @@ sdk::ConfigValue parse_yaml(const std::string& text, const std::string& source) 
   if (docs.size() > 1)
     throw ConfigError((source.empty() ? "" : source + ": ") + "contains " + std::to_string(docs.size()) +
                       " YAML documents; expected one");
+  ExpansionCounter(source).count(docs.front());
   return Builder(text, source).build(docs.front(), "");
 }
 

@@ -5,6 +5,7 @@
 // downstream, plugins included, depends on yaml-cpp. yaml-cpp stays private to the .cpp.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <utility>
 
@@ -29,6 +30,10 @@ class YamlSyntaxError : public sdk::ConfigError {
   std::string detail_;
 };
 
+// The most values (scalars, lists, maps, nulls) a document may hold once its aliases are
+// expanded: far above any configuration, far below what exhausts memory.
+inline constexpr std::size_t kMaxConfigValues = 1'000'000;
+
 // Parses one YAML document. `source` names the text in locations and errors (a path, or
 // "--set #2"; "" leaves locations unknown and messages without a prefix); lines and columns
 // are 1-based. An empty document gives a null value.
@@ -38,6 +43,8 @@ class YamlSyntaxError : public sdk::ConfigError {
 //   "SOURCE:LINE:COL: duplicate key 'a.b' (first defined at line N)"
 //   "SOURCE:LINE:COL: a.b: map keys must be strings, got a list"
 //   "SOURCE:LINE:COL: a.b: recursive alias"
+//   "SOURCE:LINE:COL: a.b: the document holds more than 1000000 values once its aliases are
+//    expanded ..." (kMaxConfigValues; LINE is the anchor of the value being copied)
 //   "SOURCE: contains N YAML documents; expected one"
 sdk::ConfigValue parse_yaml(const std::string& text, const std::string& source);
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -179,6 +180,8 @@ pid_t start_rank(int rank, std::vector<std::string> argv, std::vector<std::strin
   std::vector<char*> argv_c = c_strings(argv);
   std::vector<char*> env_c = c_strings(env);
   const std::string exec_failed = "grpo-run: rank " + std::to_string(rank) + ": cannot execute '" + argv[0] + "'\n";
+  const std::string orphaned = "grpo-run: rank " + std::to_string(rank) + ": the launcher exited before the rank started\n";
+  const pid_t launcher = getpid();
 
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
@@ -195,6 +198,14 @@ pid_t start_rank(int rank, std::vector<std::string> argv, std::vector<std::strin
   if (pid == 0) {
     signals.restore();
     close(pipe_fds[0]);
+    // The rank dies with the launcher: nobody else would stop it, and it would train on under init. SIGKILL,
+    // because the launcher that escalates SIGTERM to SIGKILL is gone, and a rank may ignore SIGTERM. The
+    // death signal survives execve (the rank is not set-uid). If the launcher died before prctl, the signal
+    // will never come: the rank has been re-parented already, which getppid() shows.
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) {
+      (void)!write(STDERR_FILENO, orphaned.data(), orphaned.size());
+      _exit(128 + SIGKILL);
+    }
     execve(argv_c[0], argv_c.data(), env_c.data());
     const int err = errno;
     (void)!write(pipe_fds[1], &err, sizeof err);

@@ -26,6 +26,10 @@ struct LocalLaunchOptions {
 // are restored; do not call this from two threads at once). Logs to stderr, one line each prefixed
 // "grpo-run: ", which rank failed with which status and which ranks had to be terminated.
 //
+// The ranks never outlive the launcher: each gets SIGKILL when the thread that started it ends (Linux's
+// PR_SET_PDEATHSIG, set between fork and exec), so a launcher killed by SIGKILL takes its ranks with it.
+// Call this from a thread that lives until it returns (grpo-run: the main thread).
+//
 // Throws std::runtime_error (naming what failed) for bad options (nproc < 1, empty argv, port out of range,
 // negative grace) or when a rank cannot be started (fork fails, or the program cannot be executed); ranks
 // already started are then killed and reaped before the throw.

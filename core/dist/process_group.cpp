@@ -55,21 +55,37 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const WorldInfo& w, bool server
   return c10::make_intrusive<c10d::TCPStore>(w.master_addr, o);
 }
 
-// One heartbeat as stored: "<counter> <collective seq> <collective label>".
+// Between two position writes of the heartbeat thread: a rank's position reaches the store
+// within this of a change (a killed rank is named with the collective it was in), and a rank
+// running many short collectives writes at most 1 / kPositionWriteInterval times a second.
+constexpr auto kPositionWriteInterval = Ms(20);
+
+// One heartbeat as stored: "<counter> <collective seq> <0: in progress | 1: completed> <label>".
 struct Heartbeat {
   bool present = false;
   std::int64_t counter = -1, seq = -1;
+  bool completed = false;
   std::string label;
 };
 
 Heartbeat parse_heartbeat(const std::string& value) {
   Heartbeat h;
   std::istringstream in(value);
-  if (in >> h.counter >> h.seq) {
+  int completed = 0;
+  if (in >> h.counter >> h.seq >> completed) {
     h.present = true;
+    h.completed = completed != 0;
     std::getline(in >> std::ws, h.label);
   }
   return h;
+}
+
+// Where a heartbeat had its rank: "in collective #12 'loss denominators'", "just past collective
+// #12 'loss denominators' (completed)", or "at start-up (before its first collective)".
+std::string position_text(std::int64_t seq, bool completed, const std::string& label) {
+  if (seq <= 0) return "at start-up (before its first collective)";
+  const std::string collective = "collective #" + std::to_string(seq) + " '" + label + "'";
+  return completed ? "just past " + collective + " (completed)" : "in " + collective;
 }
 
 }  // namespace
@@ -103,36 +119,69 @@ struct Distributed::State {
   c10::intrusive_ptr<c10d::Store> store;  // the set-up connection: rendezvous, announce_failure
   std::mutex store_mutex;
 
-  // The training thread's position: the collective it is in or last was in.
+  // The training thread's position: the collective it is in, or the last it completed.
+  struct Position {
+    std::int64_t seq = 0;  // 0: none yet
+    bool completed = true;
+    std::string label = "start-up";
+  };
   std::mutex position_mutex;
-  std::int64_t seq = 0;
-  std::string label = "start-up";
+  Position at;
 
   std::thread heartbeat;
   std::mutex stop_mutex;
   std::condition_variable stop_cv;
   bool stop = false;
+  bool position_changed = false;  // under stop_mutex: the heartbeat thread writes it soon
 
-  void enter(const std::string& what) {
-    std::lock_guard<std::mutex> lock(position_mutex);
-    ++seq;
-    label = what;
+  // Returns the collective's sequence number.
+  std::int64_t enter(const std::string& what) {
+    std::int64_t seq;
+    {
+      std::lock_guard<std::mutex> lock(position_mutex);
+      seq = ++at.seq;
+      at.completed = false;
+      at.label = what;
+    }
+    changed();
+    return seq;
   }
-  std::pair<std::int64_t, std::string> position() {
+  // Collective `seq` completed; a later one entered meanwhile (an async all-reduce) stays current.
+  void leave(std::int64_t seq) {
+    {
+      std::lock_guard<std::mutex> lock(position_mutex);
+      if (at.seq != seq) return;
+      at.completed = true;
+    }
+    changed();
+  }
+  void changed() {
+    {
+      std::lock_guard<std::mutex> lock(stop_mutex);
+      position_changed = true;
+    }
+    stop_cv.notify_all();
+  }
+  Position position() {
     std::lock_guard<std::mutex> lock(position_mutex);
-    return {seq, label};
+    return at;
   }
 
+  // A heartbeat every heartbeat_s, and one soon after every change of position (at most one per
+  // kPositionWriteInterval): written only once a period, the position of a rank that ran
+  // through many short collectives before it was killed was that of the period's start.
   void heartbeat_loop() {
     c10::intrusive_ptr<c10d::TCPStore> hb;
     std::int64_t counter = 0;
     bool warned = false;
     for (;;) {
+      const auto written_at = Clock::now();
       try {
         if (!hb) hb = connect_store(world, false, std::max(5.0, 3 * options.heartbeat_s), false);
-        const auto [s, l] = position();
-        hb->set(heartbeat_key(world.rank), to_bytes(std::to_string(++counter) + " " + std::to_string(s) + " " + l));
-        spdlog::trace("heartbeat {} {} {}", counter, s, l);
+        const Position p = position();
+        hb->set(heartbeat_key(world.rank), to_bytes(std::to_string(++counter) + " " + std::to_string(p.seq) + " " +
+                                                    (p.completed ? "1 " : "0 ") + p.label));
+        spdlog::trace("heartbeat {} {}", counter, position_text(p.seq, p.completed, p.label));
       } catch (const std::exception& e) {
         // The store's host (rank 0) is gone or finished: the collectives report it.
         if (!warned) spdlog::debug("heartbeat: {}", e.what());
@@ -140,15 +189,19 @@ struct Distributed::State {
         hb.reset();
       }
       std::unique_lock<std::mutex> lock(stop_mutex);
-      if (stop_cv.wait_for(lock, to_ms(options.heartbeat_s), [&] { return stop; })) return;
+      if (stop_cv.wait_until(lock, written_at + kPositionWriteInterval, [&] { return stop; })) return;
+      stop_cv.wait_until(lock, written_at + to_ms(options.heartbeat_s), [&] { return stop || position_changed; });
+      if (stop) return;
+      position_changed = false;
     }
   }
 
-  // Which rank is lost, and why; `compare_position`: the failing collective is the training
-  // thread's (its sequence numbers are comparable across ranks).
-  PeerLostError diagnose(const std::string& what, const std::string& error, bool compare_position) {
-    const auto [my_seq, my_label] = position();
-    const std::string context = "collective '" + what + "' failed on rank " + std::to_string(world.rank) + ": ";
+  // Which rank is lost, and why. `my_seq`: the failing collective's sequence number when it is
+  // the training thread's (comparable across ranks), else 0.
+  PeerLostError diagnose(const std::string& what, const std::string& error, std::int64_t my_seq) {
+    const bool compare_position = my_seq > 0;
+    const std::string context = "collective " + (compare_position ? "#" + std::to_string(my_seq) + " " : std::string()) + "'" +
+                                what + "' failed on rank " + std::to_string(world.rank) + ": ";
     const std::string store_addr = world.master_addr + ":" + std::to_string(world.master_port);
     c10::intrusive_ptr<c10d::TCPStore> probe;
     auto read = [&](int r, const std::string& key) -> std::string {
@@ -183,8 +236,7 @@ struct Distributed::State {
         const int r = stale.front();
         std::string m = context + "lost rank " + std::to_string(r) + ": no heartbeat for " + fmt::format("{:.1f}", wait_s) +
                         " s (the process died or is frozen)";
-        if (after[r].present)
-          m += "; its last heartbeat had it in collective #" + std::to_string(after[r].seq) + " '" + after[r].label + "'";
+        if (after[r].present) m += "; its last heartbeat had it " + position_text(after[r].seq, after[r].completed, after[r].label);
         if (stale.size() > 1) {
           m += "; also silent:";
           for (std::size_t i = 1; i < stale.size(); ++i) m += " rank " + std::to_string(stale[i]);
@@ -196,9 +248,9 @@ struct Distributed::State {
         for (int r = 0; r < world.world_size; ++r) {
           if (r == world.rank || after[r].seq >= my_seq) continue;
           return PeerLostError(context + "rank " + std::to_string(r) + " is alive but did not reach collective #" +
-                                   std::to_string(my_seq) + " '" + my_label + "' within dist.timeout_s = " +
-                                   std::to_string(int(options.timeout_s)) + " s; it is still in #" +
-                                   std::to_string(after[r].seq) + " '" + after[r].label + "' (" + error + ")",
+                                   std::to_string(my_seq) + " '" + what + "' within dist.timeout_s = " +
+                                   std::to_string(int(options.timeout_s)) + " s; it is still " +
+                                   position_text(after[r].seq, after[r].completed, after[r].label) + " (" + error + ")",
                                r);
         }
     } catch (const std::exception& e) {
@@ -222,32 +274,32 @@ struct Communicator::Impl {
   // CUDA tensors (this rank's GPU, cuda:LOCAL_RANK as the policy's), Gloo host ones.
   at::Device device{at::kCPU};
 
-  void enter(const std::string& what) {
-    if (tracks_position) state->enter(what);
+  // The collective's sequence number on the training thread's communicator, else 0.
+  std::int64_t enter(const std::string& what) { return tracks_position ? state->enter(what) : 0; }
+  [[noreturn]] void fail(const std::string& what, std::int64_t seq, const std::exception& e) {
+    throw state->diagnose(what, e.what(), seq);
   }
-  [[noreturn]] void fail(const std::string& what, const std::exception& e) {
-    throw state->diagnose(what, e.what(), tracks_position);
-  }
-  void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what, std::int64_t seq) {
     const auto t0 = Clock::now();
     try {
       work->wait();
     } catch (const std::exception& e) {
-      fail(what, e);
+      fail(what, seq, e);
     }
     blocked_s += seconds_since(t0);
+    if (seq > 0) state->leave(seq);
   }
   // Starts the collective `launch` returns (a c10d::Work) and waits for it.
   template <class Launch>
   void run(const std::string& what, Launch&& launch) {
-    enter(what);
+    const std::int64_t seq = enter(what);
     c10::intrusive_ptr<c10d::Work> work;
     try {
       work = launch();
     } catch (const std::exception& e) {
-      fail(what, e);
+      fail(what, seq, e);
     }
-    wait(work, what);
+    wait(work, what, seq);
   }
   double reduce_scalar(double value, c10d::ReduceOp op, const std::string& what) {
     std::vector<at::Tensor> t{torch::full({1}, value, torch::TensorOptions().dtype(torch::kFloat64).device(device))};
@@ -263,6 +315,7 @@ struct Communicator::Pending::Impl {
   c10::intrusive_ptr<c10d::Work> work;
   std::vector<at::Tensor> tensors;  // kept alive until done
   std::string what;
+  std::int64_t seq = 0;
 };
 
 Communicator::Pending::Pending() = default;
@@ -279,7 +332,7 @@ Communicator::Pending::~Pending() {
 void Communicator::Pending::wait() {
   if (!impl_) return;
   auto impl = std::move(impl_);
-  impl->owner->wait(impl->work, impl->what);
+  impl->owner->wait(impl->work, impl->what, impl->seq);
 }
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -293,17 +346,18 @@ void Communicator::all_reduce_sum(std::vector<at::Tensor>& tensors, const std::s
 }
 
 Communicator::Pending Communicator::all_reduce_sum_async(at::Tensor& tensor, const std::string& what) {
-  impl_->enter(what);
+  const std::int64_t seq = impl_->enter(what);
   Pending p;
   p.impl_ = std::make_unique<Pending::Impl>();
   p.impl_->owner = impl_.get();
   p.impl_->tensors = {tensor};
   p.impl_->what = what;
+  p.impl_->seq = seq;
   try {
     p.impl_->work = impl_->group->allreduce(p.impl_->tensors, c10d::AllreduceOptions{});
   } catch (const std::exception& e) {
     p.impl_.reset();
-    impl_->fail(what, e);
+    impl_->fail(what, seq, e);
   }
   return p;
 }

@@ -2,7 +2,9 @@
 // a TCPStore rendezvous at MASTER_ADDR:MASTER_PORT, Gloo on CPU, NCCL where LibTorch has CUDA.
 //
 // Failure handling. Every rank runs a heartbeat thread that writes, through its own store
-// connection, a counter and the collective its training thread is in. When a collective fails
+// connection, a counter and the collective its training thread is in or last completed (with
+// its sequence number), every dist.heartbeat_s and within ~20 ms of each change, so that a
+// killed rank is named with the collective it was actually in. When a collective fails
 // (a peer's connection reset, or no answer within dist.timeout_s) the communicator finds out
 // WHICH rank is lost before it throws PeerLostError: a rank that announced its own error
 // (announce_failure), a rank whose heartbeat stopped (died or frozen), a rank that is alive but

@@ -1,5 +1,9 @@
 // Logging set-up: spdlog to the console (stderr) and, once a run directory exists, to a
 // log file in it. Plugins log through the same logger (core/plugin/plugin_log.h).
+//
+// Every sink set up here writes a message's invalid UTF-8 bytes as \xNN (escape_invalid_utf8 of
+// core/util/strings.h): messages quote untrusted text (data rows, model output, plugin messages),
+// and the log must stay valid UTF-8. Well-formed text is written unchanged.
 #pragma once
 
 #include <string>

@@ -396,6 +396,9 @@ struct Tokenizer::Impl {
   std::optional<int> eos_id, pad_id, bos_id;
   std::optional<std::string> chat_template;
 
+  // Tokenizer::max_bytes_per_token(); 0: no bound
+  std::size_t max_bytes_per_token = 0;
+
   // piece cache: raw piece bytes -> ids
   static constexpr std::size_t kShards = 16;
   static constexpr std::size_t kShardCapacity = 1 << 14;
@@ -1008,18 +1011,37 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   }
 
   // added-token matchers
+  std::size_t longest_added = 0;  // the most text one added token matches
   for (std::size_t i = 0; i < m.added.size(); ++i) {
     const AddedToken& t = m.added[i];
     if (!t.normalized || m.normalizers.empty()) {
+      longest_added = std::max(longest_added, t.content.size());
       m.raw_matcher.add(t.content, static_cast<int>(i));
     } else {
       std::string norm = t.content;
       for (NormKind k : m.normalizers) norm = utf8proc_normalize(norm, k);
+      longest_added = std::max(longest_added, norm.size());
       m.normalized_matcher.add(norm, static_cast<int>(i));
     }
   }
   m.raw_matcher.finish();
   m.normalized_matcher.finish();
+
+  // Tokenizer::max_bytes_per_token. Every byte of the normalized text ends up in exactly one
+  // token: a vocabulary token's decoded bytes, an added token's (normalized) content, or an
+  // unknown byte's unk; unless a step drops text: then no bound holds.
+  bool drops_text = std::any_of(m.added.begin(), m.added.end(), [](const AddedToken& t) { return t.lstrip || t.rstrip; });
+  for (const PreTokenizerStep& step : m.pre_steps)
+    drops_text = drops_text || (step.kind == PreTokenizerStep::Split && step.behavior == SplitBehavior::Removed);
+  if (!m.unk_id)
+    for (int id : m.byte_id) drops_text = drops_text || id < 0;
+  if (!drops_text) {
+    std::size_t longest = std::max<std::size_t>(1, longest_added);
+    for (const std::string& bytes : m.id_to_bytes) longest = std::max(longest, bytes.size());
+    // Normalization shrinks UTF-8 by at most 4x (NFKC maps a 4-byte mathematical letter to one
+    // ASCII byte; NFC composes Hangul L+V+T, 9 bytes, into 3); 8 leaves a margin.
+    m.max_bytes_per_token = m.normalizers.empty() ? longest : 8 * longest;
+  }
 
   // tokenizer_config.json
   if (!config_json.empty()) {
@@ -1150,6 +1172,17 @@ const std::string& Tokenizer::id_to_token(int id) const {
 }
 
 int Tokenizer::vocab_size() const { return static_cast<int>(impl_->id_to_token.size()); }
+std::size_t Tokenizer::max_bytes_per_token() const { return impl_->max_bytes_per_token; }
+
+std::optional<std::vector<int>> encode_within(const Tokenizer& tokenizer, std::string_view text, std::size_t max_tokens) {
+  const std::size_t per_token = tokenizer.max_bytes_per_token();
+  // Invalid UTF-8 goes on to encode(), whose error names the offset.
+  if (per_token > 0 && text.size() / per_token > max_tokens && unicode::first_invalid_utf8(text) == std::string_view::npos)
+    return std::nullopt;
+  std::vector<int> ids = tokenizer.encode(text);
+  if (ids.size() > max_tokens) return std::nullopt;
+  return ids;
+}
 std::optional<int> Tokenizer::eos_id() const { return impl_->eos_id; }
 std::optional<int> Tokenizer::pad_id() const { return impl_->pad_id; }
 std::optional<int> Tokenizer::bos_id() const { return impl_->bos_id; }

@@ -14,6 +14,7 @@
 // guarded by mutexes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -82,6 +83,14 @@ class Tokenizer {
   // Max id + 1, added tokens included.
   int vocab_size() const;
 
+  // At most how many bytes of encode()'s input one token stands for: a text longer than
+  // n * max_bytes_per_token() bytes has more than n tokens, which callers with a token limit use
+  // to reject a huge text without tokenizing it. The longest token's bytes (8 times that with a
+  // normalizer, which can shrink the text); 0 when no bound holds because the tokenizer can drop
+  // text (an added token with lstrip/rstrip, a Split with behavior Removed, a byte with no
+  // vocabulary entry and no unk token).
+  std::size_t max_bytes_per_token() const;
+
   std::optional<int> eos_id() const;
   std::optional<int> pad_id() const;
   std::optional<int> bos_id() const;
@@ -103,5 +112,11 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// encode(text) when it has at most `max_tokens` tokens, else nullopt. A text longer than
+// max_tokens * max_bytes_per_token() bytes is rejected without being tokenized, so the cost of a
+// huge text (a 50 MB data line) is that of reading it, not of tokenizing it; a shorter one is
+// tokenized whole, and its ids are encode()'s.
+std::optional<std::vector<int>> encode_within(const Tokenizer& tokenizer, std::string_view text, std::size_t max_tokens);
 
 }  // namespace grpo::core

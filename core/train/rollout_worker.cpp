@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 #include "core/tokenizer/tokenizer.h"
@@ -48,13 +49,14 @@ PromptSet tokenize_prompts(std::vector<Example> examples, const Tokenizer& token
   std::size_t too_long = 0;
   for (auto& ex : examples) {
     std::string text = render_prompt(ex, s.chat_template_name);
-    std::vector<int> ids = tokenizer.encode(text);
-    if (ids.empty()) throw DataError(ex.where() + ": the prompt renders to no tokens");
-    if (static_cast<std::int64_t>(ids.size()) > s.max_prompt_tokens) {
+    // A prompt far over the limit is not tokenized (encode_within).
+    const std::optional<std::vector<int>> ids = encode_within(tokenizer, text, static_cast<std::size_t>(s.max_prompt_tokens));
+    if (!ids) {
       ++too_long;
       continue;
     }
-    out.ids.emplace_back(ids.begin(), ids.end());
+    if (ids->empty()) throw DataError(ex.where() + ": the prompt renders to no tokens");
+    out.ids.emplace_back(ids->begin(), ids->end());
     out.texts.push_back(std::move(text));
     out.examples.push_back(std::move(ex));
   }

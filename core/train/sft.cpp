@@ -37,17 +37,19 @@ SftSet tokenize_rows(const std::vector<Example>& rows, const Tokenizer& tokenize
   SftSet out;
   std::size_t too_long = 0;
   for (const auto& ex : rows) {
-    const std::vector<int> p = tokenizer.encode(render_prompt(ex, s.chat_template_name));
-    std::vector<int> c = tokenizer.encode(ex.completion);
-    if (p.empty()) throw DataError(ex.where() + ": the prompt renders to no tokens");
-    if (static_cast<std::int64_t>(p.size() + c.size() + 1) > s.pack_length) {
+    // prompt + completion + EOS must fit pack_length; a text far over it is not tokenized (encode_within).
+    const auto room = static_cast<std::size_t>(s.pack_length - 1);
+    const std::optional<std::vector<int>> p = encode_within(tokenizer, render_prompt(ex, s.chat_template_name), room);
+    if (p && p->empty()) throw DataError(ex.where() + ": the prompt renders to no tokens");
+    const std::optional<std::vector<int>> c = p ? encode_within(tokenizer, ex.completion, room - p->size()) : std::nullopt;
+    if (!c) {
       ++too_long;
       continue;
     }
-    out.prompts.emplace_back(p.begin(), p.end());
-    out.completions.emplace_back(c.begin(), c.end());
+    out.prompts.emplace_back(p->begin(), p->end());
+    out.completions.emplace_back(c->begin(), c->end());
     out.completions.back().push_back(eos);
-    out.completion_tokens += static_cast<std::int64_t>(c.size() + 1);
+    out.completion_tokens += static_cast<std::int64_t>(c->size() + 1);
   }
   if (too_long)
     spdlog::warn("{} data: {} row(s) dropped: prompt + completion longer than train.pack_length = {}", split, too_long,

@@ -58,14 +58,14 @@ void polyak_update(CausalLM& reference, CausalLM& policy, double alpha) {
 class Trainer {
  public:
   Trainer(const TrainingJobSettings& job, const sdk::ConfigValue& config, RuntimeComponents& components, LoadedPolicy& policy,
-          const PolicySpec& policy_spec, dist::Distributed* distributed)
+          const PolicySpec& policy_spec, TrainingPrompts prompts, dist::Distributed* distributed)
       : job_(job), s_(job.trainer), config_(config), components_(components), policy_(policy), policy_spec_(policy_spec),
-        dist_(distributed) {}
+        dist_(distributed), prompts_(std::move(prompts)) {}
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // Checks, data, models, optimizer, resume, metrics, rollout context. False when a resumed
-  // run has nothing left to train.
+  // Models, optimizer, resume, metrics, rollout context (check_training_job checked the rest
+  // and loaded the prompts). False when a resumed run has nothing left to train.
   bool prepare();
   // The steps, then (data-parallel) the end-of-training barrier.
   void run();
@@ -124,8 +124,8 @@ class Trainer {
 
 bool Trainer::prepare() {
   // ---- Everything that can fail is checked before the first step.
-  parts_ = training_components(config_, components_, policy_, s_, dist_);
-  prompts_ = load_training_prompts(job_, config_, components_, *policy_.tokenizer);
+  parts_ = training_components(config_, components_, static_cast<bool>(policy_.model.model), policy_.tokenizer.has_value(), job_,
+                               dist_ ? dist_->world_size() : 1);
 
   model_ = policy_.model.model;
   reference_ = load_reference_model(s_, policy_spec_);
@@ -369,10 +369,10 @@ void Trainer::save(const char* why) {
 
 }  // namespace
 
-void run_training(const TrainingJobSettings& settings, const sdk::ConfigValue& config, RuntimeComponents& components,
-                  LoadedPolicy& policy, const PolicySpec& policy_spec, dist::Distributed* distributed) {
+void run_training(CheckedTrainingJob& job, const sdk::ConfigValue& config, LoadedPolicy& policy,
+                  dist::Distributed* distributed) {
   try {
-    Trainer trainer(settings, config, components, policy, policy_spec, distributed);
+    Trainer trainer(job.settings, config, job.components, policy, job.policy, std::move(job.prompts), distributed);
     if (trainer.prepare()) trainer.run();
   } catch (const dist::PeerLostError&) {
     throw;

@@ -21,6 +21,7 @@
 #include "core/runtime/policy.h"
 #include "core/train/evaluation.h"
 #include "core/train/trainer_settings.h"
+#include "core/train/trainer_setup.h"
 #include "grpo/sdk/config_value.h"
 
 namespace grpo::core {
@@ -29,12 +30,12 @@ namespace dist {
 class Distributed;
 }
 
-// Runs the training job with `settings` (training_job_settings of the validated `config`,
-// built once by the app). `config` is used for what settings cannot carry: the location of
-// errors (sdk::ConfigError naming a key's file and line) and, data-parallel, the comparison
-// of every rank's effective configuration. Everything that can be checked is checked before
-// the first step (data, verifier labels, components); errors are sdk::ConfigError
-// (configuration), DataError (a row: file and line) or std::runtime_error.
+// Runs the training job `job` (check_training_job of the validated `config`, built once by the
+// app: the settings, components and prompts; its prompts are moved into the trainer). `config`
+// is used for what settings cannot carry: the location of errors (sdk::ConfigError naming a
+// key's file and line) and, data-parallel, the comparison of every rank's effective
+// configuration. Everything that can be checked is checked before the first step; errors are
+// sdk::ConfigError (configuration), DataError (a row: file and line) or std::runtime_error.
 //
 // The policy trains in place (policy.model.model, on its device and in its dtype); every
 // tensor the trainer creates takes the model's device.
@@ -45,7 +46,7 @@ class Distributed;
 // rank 0 alone writes checkpoints, metrics.jsonl, TensorBoard events and curves, and every rank
 // resumes from them. A lost peer is dist::PeerLostError; this rank's own failure is announced
 // to the others before it is rethrown.
-void run_training(const TrainingJobSettings& settings, const sdk::ConfigValue& config, RuntimeComponents& components,
-                  LoadedPolicy& policy, const PolicySpec& policy_spec, dist::Distributed* distributed = nullptr);
+void run_training(CheckedTrainingJob& job, const sdk::ConfigValue& config, LoadedPolicy& policy,
+                  dist::Distributed* distributed = nullptr);
 
 }  // namespace grpo::core

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <initializer_list>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -18,26 +19,43 @@
 
 namespace grpo::core {
 
+namespace {
+
+// A part training cannot start without: an error, or (--validate of a fragment) a line in `missing`.
+void require(bool present, const sdk::ConfigValue& config, std::initializer_list<const char*> key, const std::string& message,
+             std::vector<std::string>* missing) {
+  if (present) return;
+  try {
+    fail_at_config_key(config, key, message);
+  } catch (const sdk::ConfigError& e) {
+    if (!missing) throw;
+    missing->push_back(e.what());
+  }
+}
+
+}  // namespace
+
 TrainingComponents training_components(const sdk::ConfigValue& config, const RuntimeComponents& components,
-                                       const LoadedPolicy& policy, const TrainerSettings& s,
-                                       const dist::Distributed* distributed) {
-  if (!policy.model.model) fail_at_config_key(config, {"model", "path"}, "training needs a policy model (set model.path)");
-  if (!policy.tokenizer) fail_at_config_key(config, {"tokenizer", "path"}, "training needs a tokenizer");
+                                       bool has_model, bool has_tokenizer, const TrainingJobSettings& job,
+                                       int world_size, std::vector<std::string>* missing) {
+  require(has_model, config, {"model", "path"}, "training needs a policy model (set model.path)", missing);
+  require(has_tokenizer, config, {"tokenizer", "path"}, "training needs a tokenizer", missing);
   TrainingComponents out;
   out.backend = components.rollout_backend.get();
   out.advantage = components.advantage.get();
   out.policy_loss = components.policy_loss.get();
   out.kl_estimator = components.kl_estimator.get();
-  if (!out.backend) fail_at_config_key(config, {"rollout", "backend"}, "training needs a rollout backend (e.g. native)");
-  if (!out.advantage)
-    fail_at_config_key(config, {"algorithm", "advantage"}, "training needs an advantage estimator (e.g. grpo; or --config configs/algorithms/grpo.yaml)");
-  if (!out.policy_loss) fail_at_config_key(config, {"algorithm", "policy_loss"}, "training needs a policy loss (e.g. ppo_clip)");
-  if (components.verifiers.empty()) fail_at_config_key(config, {"verifiers"}, "training needs at least one verifier");
-  if (distributed && s.num_prompts < distributed->world_size())
+  require(out.backend, config, {"rollout", "backend"}, "training needs a rollout backend (e.g. native)", missing);
+  require(out.advantage, config, {"algorithm", "advantage"},
+          "training needs an advantage estimator (e.g. grpo; or --config configs/algorithms/grpo.yaml)", missing);
+  require(out.policy_loss, config, {"algorithm", "policy_loss"}, "training needs a policy loss (e.g. ppo_clip)", missing);
+  require(!components.verifiers.empty(), config, {"verifiers"}, "training needs at least one verifier", missing);
+  require(!job.data.train.empty(), config, {"data", "train"}, "training needs data: add a JSONL file to data.train", missing);
+  const std::int64_t num_prompts = job.trainer.num_prompts;
+  if (num_prompts < world_size)
     fail_at_config_key(config, {"rollout", "num_unique_prompts"},
-                       "groups are never split across ranks: " + std::to_string(distributed->world_size()) +
-                           " ranks need at least " + std::to_string(distributed->world_size()) + " prompts per step, got " +
-                           std::to_string(s.num_prompts));
+                       "groups are never split across ranks: " + std::to_string(world_size) + " ranks need at least " +
+                           std::to_string(world_size) + " prompts per step, got " + std::to_string(num_prompts));
   return out;
 }
 
@@ -45,7 +63,6 @@ TrainingPrompts load_training_prompts(const TrainingJobSettings& job, const sdk:
                                       const RuntimeComponents& components, const Tokenizer& tokenizer) {
   const TrainerSettings& s = job.trainer;
   const DataOptions& data = job.data;
-  if (data.train.empty()) fail_at_config_key(config, {"data", "train"}, "training needs data: add a JSONL file to data.train");
   TrainingPrompts out;
   DataLoadReport train_report;
   out.train = tokenize_prompts(load_mixture(data.train, data, s.seed, &train_report), tokenizer, s, "training");
@@ -62,6 +79,22 @@ TrainingPrompts load_training_prompts(const TrainingJobSettings& job, const sdk:
   spdlog::info("data: {} training rows ({} bad rows skipped), {} eval rows", out.train.examples.size(),
                train_report.bad_rows_skipped, out.eval.examples.size());
   return out;
+}
+
+CheckedTrainingJob check_training_job(const sdk::ConfigValue& config, PluginRegistry& registry, int world_size,
+                                      bool fragment) {
+  CheckedTrainingJob job;
+  job.settings = training_job_settings(config);  // every setting the job reads, once
+  job.policy = policy_spec(config);
+  job.files = check_policy_files(job.policy);  // errors name model.path, before the backend loads it
+  load_configured_plugins(registry, config);
+  job.components = create_components(registry, config);
+  training_components(config, job.components, !job.policy.model_path.empty(), job.files.tokenizer.has_value(), job.settings,
+                      world_size, fragment ? &job.missing : nullptr);
+  // Always so for training (training_components threw otherwise); a fragment may lack them.
+  if (job.files.tokenizer && !job.settings.data.train.empty() && !job.components.verifiers.empty())
+    job.prompts = load_training_prompts(job.settings, config, job.components, *job.files.tokenizer);
+  return job;
 }
 
 CausalLM load_reference_model(const TrainerSettings& s, const PolicySpec& policy_spec) {

@@ -8,8 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "core/model/transformer.h"
+#include "core/plugin/plugin_registry.h"
 #include "core/runtime/components.h"
 #include "core/runtime/policy.h"
 #include "core/train/rollout_worker.h"
@@ -35,20 +38,49 @@ struct TrainingComponents {
 };
 
 // Checks, in this order, that there is a policy model and a tokenizer, a rollout backend, an
-// advantage estimator, a policy loss and a verifier, and (data-parallel) at least one prompt
-// per rank and step. ConfigError naming the key otherwise.
+// advantage estimator, a policy loss, a verifier and data.train, and (data-parallel) at least
+// one prompt per rank and step. ConfigError naming the key otherwise; with `missing` given
+// (--validate of a configuration fragment), the messages of the parts the configuration does
+// not name are appended there instead, and the rank check still throws.
 TrainingComponents training_components(const sdk::ConfigValue& config, const RuntimeComponents& components,
-                                       const LoadedPolicy& policy, const TrainerSettings& settings,
-                                       const dist::Distributed* distributed);
+                                       bool has_model, bool has_tokenizer, const TrainingJobSettings& settings,
+                                       int world_size, std::vector<std::string>* missing = nullptr);
 
 struct TrainingPrompts {
   PromptSet train, eval;  // eval is empty without data.eval
 };
 
-// Loads and tokenizes data.train (which must leave a row) and data.eval, checks that the
-// verifiers can route every row (check_verifier_labels) and logs the row counts.
+// Loads and tokenizes data.train (named: training_components checks it; it must leave a row)
+// and data.eval, checks that the verifiers can route every row (check_verifier_labels) and logs
+// the row counts.
 TrainingPrompts load_training_prompts(const TrainingJobSettings& settings, const sdk::ConfigValue& config,
                                       const RuntimeComponents& components, const Tokenizer& tokenizer);
+
+// A training job as check_training_job found it: what training goes on with.
+struct CheckedTrainingJob {
+  TrainingJobSettings settings;
+  PolicySpec policy;
+  PolicyFiles files;             // the model's config.json parsed, the tokenizer loaded
+  RuntimeComponents components;  // every configured component, constructed
+  TrainingPrompts prompts;       // data.train and data.eval, tokenized and routed to verifiers
+  // --validate of a fragment: training's message for each part the configuration does not name
+  // (no model.path, no verifier, ...); the checks that need that part were skipped.
+  std::vector<std::string> missing;
+};
+
+// Every check training runs before its first step that needs neither the weights, the run
+// directory nor another rank, in training's order and with training's messages. grpo-run runs
+// it before it loads the weights and as --validate, so the two cannot drift apart:
+//   the settings (training_job_settings: train.*, rollout.*, the packing bound
+//   train.pack_length >= rollout.max_prompt_tokens + rollout.max_new_tokens, eval.*,
+//   checkpoint.*, data.*, reward.*), model.* and tokenizer.* (policy_spec, check_policy_files),
+//   the plugins and every component, what training needs (training_components), and the
+//   prompts (load_training_prompts: data files, prompt lengths, verifier labels).
+// `registry` must outlive the components. `world_size`: the job's ranks (1 for --validate).
+// `fragment` (--validate): a part the configuration does not name is listed in `missing`
+// instead of being an error. Throws what those functions throw.
+CheckedTrainingJob check_training_job(const sdk::ConfigValue& config, PluginRegistry& registry, int world_size,
+                                      bool fragment = false);
 
 // The frozen reference model (model.path in model.dtype, eval mode, no gradients) when the KL
 // penalty needs one (algorithm.kl_coef != 0), else an empty holder. Logged.

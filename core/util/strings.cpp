@@ -1,6 +1,9 @@
 #include "core/util/strings.h"
 
 #include <algorithm>
+#include <cstdio>
+
+#include "grpo/sdk/utf8.h"
 
 namespace grpo::core {
 
@@ -68,6 +71,26 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+std::string escape_invalid_utf8(std::string_view s) {
+  if (sdk::first_invalid_utf8(s) == std::string_view::npos) return std::string(s);
+  std::string out;
+  out.reserve(s.size() + 16);
+  for (std::size_t i = 0, len = 1; i < s.size(); i += len) {
+    const char32_t cp = sdk::decode_utf8_at(s, i, &len);
+    // U+FFFD is also what a well-formed "\xEF\xBF\xBD" decodes to: that one is kept.
+    if (cp != sdk::kReplacementCharacter || s.compare(i, len, "\xEF\xBF\xBD") == 0) {
+      out.append(s, i, len);
+      continue;
+    }
+    for (std::size_t k = 0; k < len; ++k) {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned char>(s[i + k]));
+      out += hex;
+    }
+  }
+  return out;
 }
 
 }  // namespace grpo::core

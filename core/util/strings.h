@@ -25,6 +25,12 @@ std::string shape_text(const std::vector<int64_t>& shape);
 
 std::string_view trim(std::string_view s);
 
+// `s` with every byte that is not part of well-formed UTF-8 written as "\xNN" (lowercase hex), so
+// that untrusted text cannot make a log undecodable; well-formed text, multi-byte characters
+// included, is copied as is. Each maximal ill-formed subsequence (grpo/sdk/utf8.h) is escaped byte
+// by byte: "a\xC3(" -> "a\xc3(".
+std::string escape_invalid_utf8(std::string_view s);
+
 bool starts_with(std::string_view s, std::string_view prefix);
 bool ends_with(std::string_view s, std::string_view suffix);
 

@@ -1,6 +1,7 @@
 // grpo-run as a user runs it: exit codes, messages, files written.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/tokenizer/tokenizer_files.h"
 #include "tests/support/run_command.h"
@@ -183,4 +185,145 @@ TEST_F(GrpoRunCli, ValidateReportsABadModelConfigWithTheConfigKeyAndTheFile) {
   r = grpo_run("--validate --config missing.yaml", dir_);
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_THAT(r.output, HasSubstr("missing.yaml:2:9: model.path: 'nowhere' is not a folder"));
+}
+
+namespace {
+
+// The text of the first "[error] " line of a grpo-run output.
+std::string error_line(const std::string& output) {
+  const auto at = output.find("[error] ");
+  if (at == std::string::npos) return "(no error line in:\n" + output + ")";
+  const auto begin = at + 8;
+  return output.substr(begin, output.find('\n', begin) - begin);
+}
+
+}  // namespace
+
+// A configuration training accepts: the fixture model's config.json (neither --validate nor the
+// failing runs below get as far as its weights), the demo tokenizer, two rows, exact_match.
+class GrpoRunJob : public GrpoRunCli {
+ protected:
+  void SetUp() override {
+    GrpoRunCli::SetUp();
+    write("tokenizer.json", grpo::core::make_byte_level_tokenizer_json());
+    write("train.jsonl", "{\"prompt\": \"1+1\", \"ground_truth\": \"2\"}\n{\"prompt\": \"2+2\", \"ground_truth\": \"4\"}\n");
+    write("run.yaml", "run: {output_dir: out}\nmodel: {path: " + std::string(GRPO_SOURCE_DIR) +
+                          "/tests/fixtures/models/qwen3}\ntokenizer: {path: tokenizer.json, chat_template_name: none}\n"
+                          "verifiers: [exact_match]\ndata: {train: [train.jsonl]}\n"
+                          "algorithm: {advantage: grpo, policy_loss: ppo_clip}\n"
+                          "rollout: {num_unique_prompts: 2, num_samples_per_prompt: 2, max_prompt_tokens: 16, max_new_tokens: 8}\n"
+                          "train: {steps: 1, pack_length: 32, num_mini_batches: 1}\n");
+  }
+};
+
+TEST_F(GrpoRunJob, ValidateFailsWhereTrainingFailsWithTheSameMessage) {
+  Result ok = grpo_run("--validate --config run.yaml", dir_);
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_THAT(ok.output, HasSubstr("data: 2 training rows, 0 eval rows\n"));
+  EXPECT_THAT(ok.output, Not(HasSubstr("not yet a training job")));
+  // Each passed --validate and failed training with exit 3 before --validate ran training's checks.
+  struct Case {
+    std::string set, message;
+  };
+  for (const Case& c : {Case{"train.steps=-5", "train.steps: expected an integer >= 1, got -5"},
+                        Case{"rollout.num_unique_prompts=0", "rollout.num_unique_prompts: expected an integer >= 1, got 0"},
+                        Case{"train.pack_length=16", "train.pack_length: 16 cannot hold one sequence of rollout.max_prompt_tokens + "
+                                                     "rollout.max_new_tokens = 16 + 8 = 24 tokens"},
+                        Case{"rollout.temperature=-1", "rollout.temperature"},
+                        Case{"checkpoint.save_freq=-3", "checkpoint.save_freq: expected an integer >= 0, got -3"}}) {
+    const Result validate = grpo_run("--validate --config run.yaml --set " + c.set, dir_);
+    const Result train = grpo_run("--config run.yaml --set " + c.set, dir_);
+    EXPECT_EQ(validate.exit_code, 3) << c.set << "\n" << validate.output;
+    EXPECT_EQ(train.exit_code, 3) << c.set << "\n" << train.output;
+    EXPECT_THAT(error_line(validate.output), HasSubstr(c.message)) << c.set;
+    EXPECT_EQ(error_line(validate.output), error_line(train.output)) << c.set;
+  }
+}
+
+TEST_F(GrpoRunJob, ValidateOfAFragmentNamesWhatTrainingWouldStopAt) {
+  write("fragment.yaml", "verifiers: [exact_match]\n");
+  const Result fragment = grpo_run("--validate --config fragment.yaml", dir_);
+  EXPECT_EQ(fragment.exit_code, 0) << fragment.output;
+  EXPECT_THAT(fragment.output, AllOf(HasSubstr("config OK"), HasSubstr("not yet a training job"),
+                                     HasSubstr("model.path: training needs a policy model (set model.path)"),
+                                     HasSubstr("data.train: training needs data"), HasSubstr("data: (not loaded)")));
+  // Training stops at the first of them, with the same words.
+  const Result train = grpo_run("--config fragment.yaml --set run.output_dir=out", dir_);
+  EXPECT_EQ(train.exit_code, 3) << train.output;
+  EXPECT_THAT(error_line(train.output), HasSubstr("model.path: training needs a policy model (set model.path)"));
+}
+
+TEST_F(GrpoRunJob, ValidateChecksThePrompts) {
+  // The data is checked too: a file that is not there, and every prompt over rollout.max_prompt_tokens.
+  Result r = grpo_run("--validate --config run.yaml --set data.train=[nowhere.jsonl]", dir_);
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_THAT(error_line(r.output), HasSubstr("nowhere.jsonl: cannot open the data file"));
+  r = grpo_run("--validate --config run.yaml --set rollout.max_prompt_tokens=2 --set train.pack_length=16", dir_);
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("training data: 2 row(s) dropped: prompt longer than rollout.max_prompt_tokens = 2"));
+  EXPECT_THAT(error_line(r.output), HasSubstr("data.train: no training rows left after filtering"));
+}
+
+// grpo-run with `args` in `cwd` (no shell: wait4 reports grpo-run's own peak memory); output in `log`.
+struct Measured {
+  int exit_code = -1;
+  long peak_rss_kb = 0;
+};
+Measured grpo_run_measured(const std::vector<std::string>& args, const fs::path& cwd, const fs::path& log) {
+  std::vector<std::string> argv{GRPO_RUN_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> argv_c;
+  for (auto& a : argv) argv_c.push_back(a.data());
+  argv_c.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::unsetenv("GRPO_PLUGIN_PATH");
+    if (::chdir(cwd.c_str()) != 0) ::_exit(126);
+    std::FILE* out = std::fopen(log.c_str(), "w");
+    if (!out) ::_exit(126);
+    ::dup2(::fileno(out), STDOUT_FILENO);
+    ::dup2(::fileno(out), STDERR_FILENO);
+    ::execv(argv_c[0], argv_c.data());
+    ::_exit(127);
+  }
+  Measured m;
+  int status = 0;
+  struct rusage usage {};
+  if (pid > 0 && ::wait4(pid, &status, 0, &usage) == pid && WIFEXITED(status)) {
+    m.exit_code = WEXITSTATUS(status);
+    m.peak_rss_kb = usage.ru_maxrss;
+  }
+  return m;
+}
+
+TEST_F(GrpoRunJob, AHugePromptIsDroppedWithoutBeingTokenized) {
+  // A 32 MiB prompt: as before, the row is dropped with the usual warning, but it is not
+  // tokenized (encode_within: it is longer than rollout.max_prompt_tokens x the tokenizer's bytes
+  // per token). Tokenized, such a line cost ~26 bytes of memory per byte (1.29 GB for 50 MB).
+  const std::size_t huge = std::size_t{32} << 20;
+  const Measured base = grpo_run_measured({"--validate", "--config", "run.yaml"}, dir_, dir_ / "base.log");
+  ASSERT_EQ(base.exit_code, 0) << read(dir_ / "base.log");
+  std::ofstream(dir_ / "train.jsonl", std::ios::app) << "{\"prompt\": \"" << std::string(huge, 'a') << "\", \"ground_truth\": \"a\"}\n";
+  const Measured with_huge = grpo_run_measured({"--validate", "--config", "run.yaml"}, dir_, dir_ / "huge.log");
+  const std::string output = read(dir_ / "huge.log");
+  ASSERT_EQ(with_huge.exit_code, 0) << output;
+  EXPECT_THAT(output, AllOf(HasSubstr("training data: 1 row(s) dropped: prompt longer than rollout.max_prompt_tokens = 16"),
+                            HasSubstr("data: 2 training rows, 0 eval rows\n")));
+  // Reading, parsing and rendering the line keep a few copies of it; tokenizing it would take 26.
+  const double extra_mib = static_cast<double>(with_huge.peak_rss_kb - base.peak_rss_kb) / 1024.0;
+  EXPECT_LT(extra_mib, 8.0 * 32) << "peak RSS " << base.peak_rss_kb << " kB without the line, " << with_huge.peak_rss_kb << " kB with it";
+}
+
+TEST_F(GrpoRunCli, AliasBombFailsFastNamingTheFile) {
+  // "Billion laughs": 9 levels of 9 aliases each, 10^9 values once expanded.
+  std::string yaml = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  for (char level = 'b'; level <= 'i'; ++level) {
+    yaml += std::string(1, level) + ": &" + level + " [";
+    for (int i = 0; i < 9; ++i) yaml += std::string(i ? ", *" : "*") + static_cast<char>(level - 1);
+    yaml += "]\n";
+  }
+  write("bomb.yaml", yaml);
+  const Result r = grpo_run("--validate --config bomb.yaml", dir_);
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("bomb.yaml:"), HasSubstr("more than 1000000 values once its aliases are expanded")));
 }

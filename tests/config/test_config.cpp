@@ -110,6 +110,47 @@ TEST(YamlLoader, RecursiveAliasIsAnError) {
   EXPECT_NE(msg.find("a[1]: recursive alias"), std::string::npos) << msg;
 }
 
+// A "billion laughs" document: each level is a list of 9 aliases of the level before, so a few
+// hundred bytes stand for 10 + 91 + 820 + ... values (level n holds 1 + 9 x level n-1).
+std::string alias_bomb() {
+  std::string yaml = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  for (char level = 'b'; level <= 'i'; ++level) {
+    const char before = static_cast<char>(level - 1);
+    yaml += std::string(1, level) + ": &" + level + " [";
+    for (int i = 0; i < 9; ++i) yaml += std::string(i ? ", " : "") + "*" + before;
+    yaml += "]\n";
+  }
+  return yaml;
+}
+
+TEST(YamlLoader, AliasBombFailsNamingTheFile) {
+  const std::string path = write(test_dir(), "bomb.yaml", alias_bomb());
+  const std::string msg = error_of([&] { load_yaml_file(path); });
+  // Levels a..f expand to 10, 91, 820, 7381, 66430 and 597871 values: with the root map, 672605
+  // values up to g's own list, and its first copy of f crosses 1,000,000.
+  EXPECT_EQ(msg.rfind(path + ":", 0), 0u) << msg;
+  EXPECT_NE(msg.find(": g[0]["), std::string::npos) << msg;
+  EXPECT_NE(msg.find("more than 1000000 values once its aliases are expanded"), std::string::npos) << msg;
+}
+
+TEST(YamlLoader, AliasExpansionLimitIsOneMillionValues) {
+  // The root map, a's list of 999 scalars (1000 values) and b's list of m copies of a:
+  // 1 + 1000 + 1 + 1000 m values, 999002 for m = 998, 1000002 for m = 999.
+  auto document = [](int copies) {
+    std::string yaml = "a: &a [";
+    for (int i = 0; i < 999; ++i) yaml += i ? ", x" : "x";
+    yaml += "]\nb: [";
+    for (int i = 0; i < copies; ++i) yaml += i ? ", *a" : "*a";
+    return yaml + "]\n";
+  };
+  const ConfigValue within = parse_yaml(document(998), "within.yaml");
+  EXPECT_EQ(at(within, {"b"}).items().size(), 998u);
+  EXPECT_EQ(at(within, {"b"}).items()[997].items().size(), 999u);
+  const std::string msg = error_of([&] { parse_yaml(document(999), "over.yaml"); });
+  EXPECT_EQ(msg.rfind("over.yaml:", 0), 0u) << msg;
+  EXPECT_NE(msg.find("b[998]"), std::string::npos) << msg;
+}
+
 TEST(YamlLoader, SeveralDocumentsAreAnError) {
   EXPECT_EQ(error_of([] { parse_yaml("a: 1\n---\nb: 2\n", "two.yaml"); }),
             "two.yaml: contains 2 YAML documents; expected one");

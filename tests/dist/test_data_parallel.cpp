@@ -1,14 +1,22 @@
 // grpo-run with data parallelism, run as a user would: 2 Gloo ranks (torchrun-style variables
 // set by hand, and --nproc 2) against 1 process with the same global batch; a rank killed mid-run
-// and named by the survivor; every rank resuming from rank 0's checkpoint.
+// and named by the survivor; every rank resuming from rank 0's checkpoint; the ranks ending with
+// their launcher.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/dist/local_launcher.h"
 #include "core/model/safetensors_torch.h"
@@ -200,6 +208,78 @@ TEST(DataParallel, LosingRankZeroIsNamedByTheOthers) {
   ASSERT_NE(out.find("code:7 ms:"), std::string::npos) << out;
   EXPECT_NE(out.find("lost rank 0: the rendezvous store it hosts at 127.0.0.1:"), std::string::npos) << out;
   EXPECT_LT(seconds_of(out), 60) << out;
+}
+
+// The pids of `parent`'s children, from /proc/<pid>/stat ("pid (comm) state ppid ...").
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> children;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "stat");
+    std::string stat;
+    std::getline(in, stat);
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    char state = 0;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid && ppid == parent) children.push_back(static_cast<pid_t>(std::stoi(name)));
+  }
+  return children;
+}
+
+TEST(DataParallel, KillingTheLauncherEndsEveryRank) {
+  // Issue 21: after SIGKILL of `grpo-run --nproc 2`, both ranks went on training under init.
+  const std::string dir = fresh_test_dir("dist");
+  const std::string config = write_config(dir);
+  // Orphaned ranks are re-parented to this process rather than to init, so it can reap them.
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  std::vector<std::string> args{grpo_run()};
+  std::istringstream words(long_run_args(config, dir, 60) + " --nproc 2");
+  for (std::string w; words >> w;) args.push_back(w);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string log = dir + "/launcher.log";
+  const pid_t launcher = fork();
+  if (launcher == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  ASSERT_GT(launcher, 0);
+  // Both ranks are training once rank 0 has saved step 2 (every step needs both).
+  const std::string marker = dir + "/run/checkpoints/step_000002";
+  const auto start = std::chrono::steady_clock::now();
+  while (!fs::exists(marker) && waitpid(launcher, nullptr, WNOHANG) == 0 &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(240))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::vector<pid_t> ranks = children_of(launcher);
+  ASSERT_TRUE(fs::exists(marker)) << grpo::testing::run_command("cat " + log).output;
+  ASSERT_EQ(ranks.size(), 2u);
+
+  ASSERT_EQ(kill(launcher, SIGKILL), 0);
+  waitpid(launcher, nullptr, 0);
+  // Every rank must end within 5 s (a bound on behaviour, not a speed claim); a survivor is killed
+  // here so the test leaves nothing behind.
+  const auto killed_at = std::chrono::steady_clock::now();
+  for (pid_t rank : ranks) {
+    int status = 0;
+    pid_t got = 0;
+    while ((got = waitpid(rank, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(5))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(got, rank) << "rank process " << rank << " still runs 5 s after its launcher was killed";
+    if (got == 0) {
+      kill(rank, SIGKILL);
+      waitpid(rank, &status, 0);
+    } else {
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "rank " << rank << " ended with status " << status;
+    }
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 TEST(DataParallel, SlurmAndOpenMpiVariablesStartTheRanks) {

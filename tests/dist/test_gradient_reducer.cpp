@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <functional>
 #include <thread>
 
@@ -21,10 +22,11 @@ using grpo::core::dist::PeerLostError;
 using grpo::core::dist::WorldInfo;
 
 // Runs body(rank, distributed) on two ranks, one thread each; rethrows a rank's failure.
-void run_two_ranks(const std::function<void(int, Distributed&)>& body, DistOptions options = {}) {
+void run_two_ranks(const std::function<void(int, Distributed&)>& body, double heartbeat_s = 0.2) {
   const int port = grpo::core::dist::pick_free_port();
+  DistOptions options;
   options.timeout_s = 30;
-  options.heartbeat_s = 0.2;
+  options.heartbeat_s = heartbeat_s;
   std::exception_ptr errors[2];
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank)
@@ -163,6 +165,34 @@ TEST(Communicator, APeerThatAnnouncedItsFailureIsNamed) {
   EXPECT_EQ(lost, 1) << message;
   EXPECT_NE(message.find("'end of step 4'"), std::string::npos) << message;
   EXPECT_NE(message.find("rank 1 failed: data error: train.jsonl:3: missing ground_truth"), std::string::npos) << message;
+}
+
+TEST(Communicator, ALostPeerIsNamedWithTheCollectiveItWasLastIn) {
+  // Issue 21: the heartbeat carried the position of its period's start, so a rank that ran
+  // through several collectives within one period and then died was reported "in #0
+  // 'start-up'". Here rank 1 completes collectives #1..#5 within one 1 s period, then stops
+  // without a word (its process group closes, its heartbeat ends, as when it is killed).
+  std::string message;
+  int lost = -2;
+  run_two_ranks(
+      [&](int rank, Distributed& d) {
+        for (int step = 1; step <= 5; ++step) d.train().barrier("end of step " + std::to_string(step));
+        if (rank == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          return;
+        }
+        try {
+          d.train().barrier("end of step 6");
+        } catch (const PeerLostError& e) {
+          message = e.what();
+          lost = e.lost_rank();
+        }
+      },
+      /*heartbeat_s=*/1.0);
+  EXPECT_EQ(lost, 1) << message;
+  EXPECT_EQ(message.rfind("collective #6 'end of step 6' failed on rank 0: lost rank 1: no heartbeat", 0), 0u) << message;
+  EXPECT_NE(message.find("its last heartbeat had it just past collective #5 'end of step 5' (completed)"), std::string::npos)
+      << message;
 }
 
 }  // namespace

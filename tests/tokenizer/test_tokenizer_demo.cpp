@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -87,6 +88,44 @@ TEST(DemoTokenizer, FollowsTheHuggingFaceSchema) {
   ASSERT_EQ(j["added_tokens"].size(), 3u);
   for (const char* k : {"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"})
     EXPECT_TRUE(j["added_tokens"][0].contains(k)) << k;
+}
+
+// The demo tokenizer as JSON, edited by `edit`, loaded.
+Tokenizer demo_edited(const std::function<void(nlohmann::json&)>& edit) {
+  auto j = nlohmann::json::parse(grpo::core::make_byte_level_tokenizer_json());
+  edit(j);
+  return Tokenizer::from_json(j.dump(), "edited.json");
+}
+
+TEST(DemoTokenizer, MaxBytesPerTokenBoundsWhatOneTokenStandsFor) {
+  // The longest token is the special "<|endoftext|>", 13 bytes; the demo's NFC normalizer can
+  // shrink text, which the bound allows for with a factor of 8.
+  EXPECT_EQ(demo().max_bytes_per_token(), 8u * 13u);
+  EXPECT_EQ(demo_edited([](nlohmann::json& j) { j["normalizer"] = nullptr; }).max_bytes_per_token(), 13u);
+  // A merge "the" is 3 bytes: still 13.
+  EXPECT_EQ(demo({{"t", "h"}, {"th", "e"}}).max_bytes_per_token(), 8u * 13u);
+  // Tokenizers that can drop text have no bound.
+  EXPECT_EQ(demo_edited([](nlohmann::json& j) { j["added_tokens"][1]["lstrip"] = true; }).max_bytes_per_token(), 0u);
+  EXPECT_EQ(demo_edited([](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed"; })
+                .max_bytes_per_token(),
+            0u);
+  EXPECT_EQ(demo_edited([](nlohmann::json& j) { j["model"]["vocab"].erase("!"); }).max_bytes_per_token(), 0u);
+}
+
+TEST(DemoTokenizer, EncodeWithinRejectsLongTextsAndKeepsTheIdsOfShortOnes) {
+  Tokenizer t = demo();
+  for (const std::string& s : {std::string("482"), std::string("<|im_start|>user\nhi<|im_end|>"), std::string(40, 'x')}) {
+    const auto ids = grpo::core::encode_within(t, s, 40);
+    ASSERT_TRUE(ids.has_value()) << s;
+    EXPECT_EQ(*ids, t.encode(s)) << s;
+  }
+  // 41 byte tokens: one over, found by tokenizing (41 bytes is under 40 x 104).
+  EXPECT_FALSE(grpo::core::encode_within(t, std::string(41, 'x'), 40).has_value());
+  // Over 40 x 104 bytes: more than 40 tokens for certain, rejected without tokenizing. Invalid
+  // UTF-8 is tokenized all the same, for encode()'s error.
+  EXPECT_FALSE(grpo::core::encode_within(t, std::string(40 * 104 + 104, 'x'), 40).has_value());
+  EXPECT_THROW(grpo::core::encode_within(t, std::string(40 * 104 + 104, 'x') + "\xFF", 40), TokenizerError);
+  EXPECT_EQ(grpo::core::encode_within(t, "", 0), std::vector<int>{});
 }
 
 TEST(TokenizerFiles, WritesAndReloadsACheckpointFolder) {

@@ -60,4 +60,19 @@ TEST(Strings, JoinTrimAffixes) {
   EXPECT_FALSE(ends_with("so", ".so"));
 }
 
+// Each expectation is written out by hand from Unicode's table 3-7 (which byte sequences are
+// well-formed): ill-formed bytes become \xNN, one escape per byte; everything else is kept.
+TEST(Strings, EscapeInvalidUtf8EscapesOnlyIllFormedBytes) {
+  // Well-formed text, 1- to 4-byte characters and a literal U+FFFD, comes back unchanged.
+  const std::string valid = "plain caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xEF\xBF\xBD";
+  EXPECT_EQ(escape_invalid_utf8(valid), valid);
+  EXPECT_EQ(escape_invalid_utf8(""), "");
+  EXPECT_EQ(escape_invalid_utf8("a\xC3("), "a\\xc3(");                     // a lead byte without its continuation
+  EXPECT_EQ(escape_invalid_utf8("x\xE2\x82"), "x\\xe2\\x82");              // truncated at the end
+  EXPECT_EQ(escape_invalid_utf8("\xFF\xFE"), "\\xff\\xfe");                // never valid
+  EXPECT_EQ(escape_invalid_utf8("\xC0\xAF"), "\\xc0\\xaf");                // overlong '/'
+  EXPECT_EQ(escape_invalid_utf8("\xED\xA0\x80"), "\\xed\\xa0\\x80");       // a surrogate
+  EXPECT_EQ(escape_invalid_utf8("\x80\xC3\xA9"), "\\x80\xC3\xA9");          // a stray continuation, then a valid \u00e9
+}
+
 }  // namespace
