@@ -1,10 +1,9 @@
 #include "core/runtime/logging.h"
 
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-
-#include <spdlog/pattern_formatter.h>
 
 #include <filesystem>
 #include <memory>
