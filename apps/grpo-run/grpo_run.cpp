@@ -122,6 +122,15 @@ void print_plugin_table(const PluginRegistry& registry, std::ostream& os) {
   if (components.empty()) os << "(no plugins found)\n";
 }
 
+// This process's place in a data-parallel launch (torchrun, Slurm, OpenMPI or --nproc variables).
+dist::WorldInfo discover_launch_world(const dist::DistOptions& options) {
+  try {
+    return dist::discover_world(dist::process_environment(), options.launcher);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error("data-parallel launch (dist.launcher = " + options.launcher + "): " + e.what());
+  }
+}
+
 int run(const Options& opt) {
   if (opt.config_reference) {
     std::cout << config_reference_markdown();
@@ -166,8 +175,10 @@ int run(const Options& opt) {
   if (opt.validate) {
     // What training checks before its first step, but for the weights, the run directory and the other ranks.
     log_blas_status();
-    (void)dist::dist_options(config);  // dist.* errors (e.g. nccl in a CPU build) as training would report them
-    const CheckedTrainingJob job = check_training_job(config, registry, /*world_size=*/1, /*fragment=*/true);
+    // dist.* errors (e.g. nccl in a CPU build) and, under torchrun / Slurm / mpirun, the world size
+    // the checks depend on (groups per rank), as training would see them.
+    const dist::WorldInfo world = discover_launch_world(dist::dist_options(config));
+    const CheckedTrainingJob job = check_training_job(config, registry, world.world_size, /*fragment=*/true);
     const PolicySpec& policy = job.policy;
     const PolicyFiles& files = job.files;
     std::vector<std::string> names;
@@ -198,12 +209,7 @@ int run(const Options& opt) {
 
   // Data parallel: which rank this is (torchrun, Slurm, OpenMPI or --nproc variables).
   const dist::DistOptions dist_opts = dist::dist_options(config);
-  dist::WorldInfo world;
-  try {
-    world = dist::discover_world(dist::process_environment(), dist_opts.launcher);
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error("data-parallel launch (dist.launcher = " + dist_opts.launcher + "): " + e.what());
-  }
+  const dist::WorldInfo world = discover_launch_world(dist_opts);
   if (world.distributed()) {
     set_log_rank(world.rank);
     bind_local_cuda_device(config, world.local_rank);

@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 
 #include <iostream>
+#include <optional>
 
 #include "apps/cli/app_common.h"
 #include "core/config/yaml_loader.h"
@@ -67,7 +68,9 @@ int run(const Options& opt) {
     return kExitOk;
   }
   const SftSettings settings = sft_settings(config);  // key errors before anything is written
-  const RunDir run_dir = prepare_run_dir(config);  // held until the job ends
+  // Held until the job ends; I/O failures preparing it are the job's (exit 5), a held lock exit 3.
+  std::optional<RunDir> run_dir;
+  run_job([&] { run_dir.emplace(prepare_run_dir(config)); });
   configure_compute_threads("compute threads");
   log_blas_status();  // names the thread count just chosen
   const PolicySpec spec = policy_spec(config);

@@ -32,6 +32,7 @@ constexpr const char* kOptimizerFile = "optimizer.pt";
 constexpr const char* kRngFile = "rng.pt";
 constexpr const char* kReferenceFile = "reference.safetensors";
 constexpr const char* kRngKey = "cpu_generator_state";
+constexpr const char* kSupersededFolder = "superseded";
 // 2: "files" (sizes and checksums) added. Format 1 checkpoints (written before) still load,
 // unverified: an upgrade must not strand a run's checkpoints.
 constexpr int kStateFormat = 2;
@@ -244,6 +245,29 @@ TrainerState save_checkpoint(const std::string& run_dir, const TrainerState& sta
     throw CheckpointError("cannot save the checkpoint of step " + std::to_string(state.step) + " to " +
                           final_dir.string() + " (the checkpoints saved before are untouched): " + e.what());
   }
+
+  // Checkpoints newer than this step belong to a history the run left when it resumed from an
+  // older one (--resume-from, or a fallback past a damaged newest): from now on they would be
+  // taken for the newest by the next --resume and by keep_last. They are moved, not deleted, to
+  // checkpoints/superseded/ (a damaged one may be worth a look).
+  bool moved = false;
+  for (const auto& [newer_step, dir] : complete_checkpoints(run_dir)) {
+    if (newer_step <= state.step) continue;
+    const std::string name = dir.filename().string() + ".before-step-" + std::to_string(state.step);
+    fs::path aside = root / kSupersededFolder / name;
+    for (int n = 2; fs::exists(aside); ++n) aside = root / kSupersededFolder / (name + "." + std::to_string(n));
+    std::error_code ec;
+    fs::create_directories(aside.parent_path(), ec);
+    if (!ec) fs::rename(dir, aside, ec);
+    if (ec)
+      throw CheckpointError("cannot move the checkpoint " + dir.string() + ", newer than the step " +
+                            std::to_string(state.step) + " just saved, out of the way (to " + aside.string() + "): " +
+                            ec.message());
+    spdlog::warn("checkpoint {} is newer than the step {} just saved (the run resumed from an older one): moved to {}",
+                 dir.string(), state.step, aside.string());
+    moved = true;
+  }
+  if (moved) fsync_directory(root.string());
 
   if (keep_last > 0) {
     auto all = complete_checkpoints(run_dir);

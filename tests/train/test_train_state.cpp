@@ -173,6 +173,27 @@ TEST(TrainerCheckpoint, PreviousFormatWithoutRecordsStillLoads) {
   EXPECT_NE(msg.find("format 7 is not a supported one (1 or 2)"), std::string::npos) << msg;
 }
 
+// After a resume from an older step, the first save moves the newer checkpoints (an abandoned
+// history) to checkpoints/superseded/: the next --resume and keep_last see only this run's.
+TEST(TrainerCheckpoint, FirstSaveAfterAnOlderResumeSetsNewerCheckpointsAside) {
+  const std::string run = grpo::testing::fresh_test_dir("train_state");
+  Policy policy(1);
+  for (std::int64_t step : {1, 2, 3}) save_checkpoint(run, sample_state(step), policy.contents, 0);
+  // Resumed from step 1; its next checkpoint is step 2, with keep_last 1.
+  save_checkpoint(run, sample_state(2), policy.contents, 1);
+  const auto left = complete_checkpoints(run);
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].first, 2);
+  EXPECT_EQ(latest_checkpoint(run), checkpoint_path(run, 2));
+  const fs::path aside = fs::path(checkpoint_root(run)) / "superseded" / "step_000003.before-step-2";
+  EXPECT_TRUE(fs::exists(aside / "trainer_state.json")) << "moved, not deleted";
+  // The same step set aside again later gets a name of its own.
+  save_checkpoint(run, sample_state(3), policy.contents, 0);
+  save_checkpoint(run, sample_state(2), policy.contents, 0);
+  EXPECT_TRUE(fs::exists(aside.string() + ".2/trainer_state.json"));
+  EXPECT_EQ(latest_checkpoint(run), checkpoint_path(run, 2));
+}
+
 // Each kind of damage is found while verifying, before anything is restored.
 TEST(TrainerCheckpoint, DamagedFileIsRejectedBeforeTheModelChanges) {
   const std::string run = grpo::testing::fresh_test_dir("train_state");
