@@ -47,6 +47,21 @@ std::vector<std::string> remove_checkpoint_staging(const std::string& run_dir) {
   const fs::path root = checkpoint_root(run_dir);
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return removed;
+  // A save interrupted inside replace_directory's fallback (no RENAME_EXCHANGE) may have left
+  // step_N only as the complete new folder (.step_N.partial, its trainer_state.json written) or
+  // as the previous one moved aside (.step_N.partial.old): put the newest complete one back.
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    const std::string suffix = ".partial.old";
+    if (name.rfind(".step_", 0) != 0 || name.size() <= suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string step_name = name.substr(1, name.size() - suffix.size() - 1);  // step_000010
+    const fs::path target = root / step_name;
+    if (fs::exists(target, ec)) continue;
+    const fs::path newer = root / ("." + step_name + ".partial");
+    fs::rename(fs::exists(newer / kCheckpointStateFile, ec) ? newer : entry.path(), target, ec);
+  }
   for (const auto& entry : fs::directory_iterator(root)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind(".step_", 0) != 0) continue;

@@ -28,8 +28,10 @@ std::vector<std::pair<std::int64_t, std::filesystem::path>> complete_checkpoints
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
 // Removes what interrupted saves left in RUN_DIR/checkpoints (the hidden ".step_*" staging
-// folders) and returns their names. Only for the run that holds RUN_DIR's lock
-// (apps/cli/app_common.h, prepare_run_dir): another run's save in progress looks the same.
+// folders) and returns their names, after putting back a step_N that an interrupted folder swap
+// (replace_directory without RENAME_EXCHANGE) left only under a staging name. Only for the run
+// that holds RUN_DIR's lock (apps/cli/app_common.h, prepare_run_dir): another run's save in
+// progress looks the same.
 // Throws std::filesystem::filesystem_error when one cannot be removed.
 std::vector<std::string> remove_checkpoint_staging(const std::string& run_dir);
 

@@ -194,6 +194,31 @@ TEST(TrainerCheckpoint, FirstSaveAfterAnOlderResumeSetsNewerCheckpointsAside) {
   EXPECT_EQ(latest_checkpoint(run), checkpoint_path(run, 2));
 }
 
+// A folder swap without RENAME_EXCHANGE interrupted between its two renames leaves step N
+// only under staging names; the start-up clean-up puts the newest complete copy back first.
+TEST(TrainerCheckpoint, StartUpCleanUpRestoresAStepAnInterruptedSwapLeftAside) {
+  const std::string run = grpo::testing::fresh_test_dir("train_state");
+  Policy policy(1);
+  for (std::int64_t step : {1, 2}) save_checkpoint(run, sample_state(step), policy.contents, 0);
+  const fs::path root = checkpoint_root(run);
+  // Step 2: new copy complete under .step_000002.partial, old one moved aside.
+  fs::rename(root / "step_000002", root / ".step_000002.partial.old");
+  fs::copy(root / ".step_000002.partial.old", root / ".step_000002.partial", fs::copy_options::recursive);
+  std::ofstream(root / ".step_000002.partial" / "marker") << "new";
+  // Step 1: only the old copy, the new one never got its trainer_state.json.
+  fs::rename(root / "step_000001", root / ".step_000001.partial.old");
+  fs::create_directories(root / ".step_000001.partial");
+  // A plain killed save of step 3.
+  fs::create_directories(root / ".step_000003.partial");
+
+  remove_checkpoint_staging(run);
+  EXPECT_TRUE(fs::exists(root / "step_000002" / "marker")) << "the complete new copy is the one restored";
+  EXPECT_TRUE(fs::exists(root / "step_000001" / "trainer_state.json"));
+  for (const auto& entry : fs::directory_iterator(root))
+    EXPECT_NE(entry.path().filename().string().rfind(".step_", 0), 0u) << entry.path();
+  EXPECT_EQ(complete_checkpoints(run).size(), 2u);
+}
+
 // Each kind of damage is found while verifying, before anything is restored.
 TEST(TrainerCheckpoint, DamagedFileIsRejectedBeforeTheModelChanges) {
   const std::string run = grpo::testing::fresh_test_dir("train_state");
