@@ -2,6 +2,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <cstdint>
 #include <iostream>
 #include <optional>
 
@@ -90,7 +91,8 @@ int grpo_sft_main(int argc, char** argv) {
     ("help,h", po::bool_switch(&show_help), "show this help and the exit codes")
     ("config,c", po::value(&opt.configs)->composing(), "YAML config file; repeatable, later files win")
     ("set,s", po::value(&opt.sets)->composing(), "override a key: --set a.b.c=VALUE (VALUE is YAML); repeatable")
-    ("resume", po::bool_switch(&opt.resume), "continue from the newest complete checkpoint in run.output_dir")
+    ("resume", po::bool_switch(&opt.resume), "continue from the newest complete checkpoint in run.output_dir; one that cannot be loaded is skipped, with a warning, for the next older one")
+    ("resume-from", po::value<std::int64_t>()->value_name("STEP"), "continue from the checkpoint of step STEP, with no fallback (same as --set run.resume_from=STEP)")
     ("print-config", po::bool_switch(&opt.print_config), "print the effective config as YAML and exit")
     ("log-level", po::value(&opt.log_level), "trace, debug, info, warn or error");
   // clang-format on
@@ -98,6 +100,11 @@ int grpo_sft_main(int argc, char** argv) {
     po::variables_map vm;
     po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
     po::notify(vm);
+    if (vm.count("resume-from")) {
+      const std::int64_t step = vm["resume-from"].as<std::int64_t>();
+      if (step < 1) throw po::error("--resume-from takes a checkpoint's step >= 1, got " + std::to_string(step));
+      opt.sets.push_back("run.resume_from=" + std::to_string(step));
+    }
   } catch (const po::error& e) {
     return report_usage_error("grpo-sft", e.what());
   }

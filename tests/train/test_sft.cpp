@@ -176,6 +176,23 @@ TEST(Sft, LearnsAndItsRunDirectoryIsAModelPathForGrpoRun) {
   EXPECT_NE(v.output.find("model: " + ckpt + " (Qwen2ForCausalLM)"), std::string::npos) << v.output;
 }
 
+// --resume-from STEP picks that checkpoint (newer ones notwithstanding); a step below 1 is a bad
+// command line.
+TEST(Sft, ResumeFromChoosesTheStep) {
+  const std::string dir = fresh_test_dir("sft");
+  const std::string model = write_model_folder(dir);
+  const std::string data = write_rows(dir);
+  auto r = run_command(sft_command(dir, model, data, "--set sft.steps=3 --set sft.batch_size=2 --set checkpoint.save_freq=1 --set checkpoint.keep_last=0"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(sft_command(dir, model, data, "--set sft.steps=3 --set sft.batch_size=2 --set checkpoint.save_freq=1 --set checkpoint.keep_last=0 --resume-from 1"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from " + dir + "/run/checkpoints/step_000001 (step 1"), std::string::npos) << r.output;
+  EXPECT_EQ(read_metrics(dir + "/run").size(), 3u);
+  r = run_command(sft_command(dir, model, data, "--resume-from 0"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--resume-from takes a checkpoint's step >= 1, got 0"), std::string::npos) << r.output;
+}
+
 TEST(Sft, BadInputNamesFileLineAndKey) {
   const std::string dir = fresh_test_dir("sft");
   const std::string model = write_model_folder(dir);
