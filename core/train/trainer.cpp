@@ -58,9 +58,10 @@ void polyak_update(CausalLM& reference, CausalLM& policy, double alpha) {
 class Trainer {
  public:
   Trainer(const TrainingJobSettings& job, const sdk::ConfigValue& config, RuntimeComponents& components, LoadedPolicy& policy,
-          const PolicySpec& policy_spec, TrainingPrompts prompts, dist::Distributed* distributed)
+          const PolicySpec& policy_spec, const TrainingComponents& parts, TrainingPrompts prompts,
+          dist::Distributed* distributed)
       : job_(job), s_(job.trainer), config_(config), components_(components), policy_(policy), policy_spec_(policy_spec),
-        dist_(distributed), prompts_(std::move(prompts)) {}
+        dist_(distributed), parts_(parts), prompts_(std::move(prompts)) {}
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
@@ -123,10 +124,8 @@ class Trainer {
 };
 
 bool Trainer::prepare() {
-  // ---- Everything that can fail is checked before the first step.
-  parts_ = training_components(config_, components_, static_cast<bool>(policy_.model.model), policy_.tokenizer.has_value(), job_,
-                               dist_ ? dist_->world_size() : 1);
-
+  // ---- Everything that can fail is checked before the first step (check_training_job checked
+  // the configuration, the components and the data; here: the models, the resume).
   model_ = policy_.model.model;
   reference_ = load_reference_model(s_, policy_spec_);
   model_->train();
@@ -372,7 +371,7 @@ void Trainer::save(const char* why) {
 void run_training(CheckedTrainingJob& job, const sdk::ConfigValue& config, LoadedPolicy& policy,
                   dist::Distributed* distributed) {
   try {
-    Trainer trainer(job.settings, config, job.components, policy, job.policy, std::move(job.prompts), distributed);
+    Trainer trainer(job.settings, config, job.components, policy, job.policy, job.parts, std::move(job.prompts), distributed);
     if (trainer.prepare()) trainer.run();
   } catch (const dist::PeerLostError&) {
     throw;

@@ -89,7 +89,7 @@ CheckedTrainingJob check_training_job(const sdk::ConfigValue& config, PluginRegi
   job.files = check_policy_files(job.policy);  // errors name model.path, before the backend loads it
   load_configured_plugins(registry, config);
   job.components = create_components(registry, config);
-  training_components(config, job.components, !job.policy.model_path.empty(), job.files.tokenizer.has_value(), job.settings,
+  job.parts = training_components(config, job.components, !job.policy.model_path.empty(), job.files.tokenizer.has_value(), job.settings,
                       world_size, fragment ? &job.missing : nullptr);
   // Always so for training (training_components threw otherwise); a fragment may lack them.
   if (job.files.tokenizer && !job.settings.data.train.empty() && !job.components.verifiers.empty())

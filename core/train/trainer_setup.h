@@ -62,6 +62,7 @@ struct CheckedTrainingJob {
   PolicySpec policy;
   PolicyFiles files;             // the model's config.json parsed, the tokenizer loaded
   RuntimeComponents components;  // every configured component, constructed
+  TrainingComponents parts;      // training_components' view of `components` (null parts: a fragment)
   TrainingPrompts prompts;       // data.train and data.eval, tokenized and routed to verifiers
   // --validate of a fragment: training's message for each part the configuration does not name
   // (no model.path, no verifier, ...); the checks that need that part were skipped.
@@ -76,7 +77,8 @@ struct CheckedTrainingJob {
 //   checkpoint.*, data.*, reward.*), model.* and tokenizer.* (policy_spec, check_policy_files),
 //   the plugins and every component, what training needs (training_components), and the
 //   prompts (load_training_prompts: data files, prompt lengths, verifier labels).
-// `registry` must outlive the components. `world_size`: the job's ranks (1 for --validate).
+// `registry` must outlive the components. `world_size`: the job's ranks (for --validate, those of
+// the launch it runs in: 1 outside torchrun, Slurm or mpirun).
 // `fragment` (--validate): a part the configuration does not name is listed in `missing`
 // instead of being an error. Throws what those functions throw.
 CheckedTrainingJob check_training_job(const sdk::ConfigValue& config, PluginRegistry& registry, int world_size,

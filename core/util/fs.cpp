@@ -100,14 +100,15 @@ void replace_directory(const std::string& staging, const std::string& target) {
     fsync_directory(parent.string());
     return;
   }
+  const int err = errno;
+  const bool no_flags = err == EINVAL || err == ENOSYS;  // a filesystem without renameat2's flags
   std::error_code ec;
-  if ((errno == EINVAL || errno == ENOSYS) && !fs::exists(target, ec)) {
-    // A filesystem without renameat2's flags (some network filesystems): a plain rename.
+  if (no_flags && !fs::exists(target, ec)) {
     if (::rename(staging.c_str(), target.c_str()) != 0) fail("cannot rename '" + staging + "' to", target, errno);
     fsync_directory(parent.string());
     return;
   }
-  if (errno != EEXIST && errno != EINVAL && errno != ENOSYS) fail("cannot rename '" + staging + "' to", target, errno);
+  if (err != EEXIST && !no_flags) fail("cannot rename '" + staging + "' to", target, err);
   if (!fs::is_directory(target, ec)) throw std::runtime_error("'" + target + "' exists and is not a folder; refusing to replace it");
   if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
     fsync_directory(parent.string());

@@ -384,15 +384,13 @@ class CodeVerifier : public sdk::Verifier {
       bool ok = false;
       if (t.stdio) {
         r = sandbox_->run({"/code/solution.py"}, {{"/code/solution.py", code}}, t.input, limits_);
-        ok = r.started && r.exit_code == 0 && !r.timed_out && !r.output_limit && !r.memory_limit &&
-             same_output(r.out, t.expected_output);
+        ok = r.exited_cleanly() && same_output(r.out, t.expected_output);
       } else {
         const std::string token = random_token();
         r = sandbox_->run({"-c", kHarness}, {{"/code/solution.py", code}, {"/code/test.py", t.script}}, token + "\n",
                           limits_);
         const std::vector<std::string> lines = stripped_lines(r.out);
-        ok = r.started && r.exit_code == 0 && !r.timed_out && !r.output_limit && !r.memory_limit &&
-             !lines.empty() && lines.back() == token;
+        ok = r.exited_cleanly() && !lines.empty() && lines.back() == token;
       }
       seconds += r.seconds;
       if (ok) {

@@ -48,6 +48,9 @@ struct RunResult {
   double seconds = 0.0;
   std::string out, err;       // captured (capped)
   std::string error;          // why it could not run (fork/pipe/cgroup/uid failures)
+
+  // Ran, exited 0, and no limit stopped it: only then does its output count.
+  bool exited_cleanly() const { return started && exit_code == 0 && !timed_out && !output_limit && !memory_limit; }
 };
 
 class Sandbox {
