@@ -33,8 +33,9 @@ PACKAGES=(
   # the curves PNG of a run (core/metrics/plot.cpp draws with cairo; DejaVu Sans labels;
   # pkg-config finds cairo for CMake)
   libcairo2-dev fonts-dejavu-core pkg-config
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  # tests and benchmarks; python3-jinja2 is the reference the chat-template tests compare the
+  # Jinja engine against (transformers renders chat templates with it)
+  libgtest-dev libgmock-dev libbenchmark-dev python3-jinja2
   # valgrind: the plugin-lifetime test runs under it
   valgrind
   # faster rebuilds

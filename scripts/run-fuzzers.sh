@@ -7,7 +7,7 @@ FUZZ_DIR=${1:?usage: run-fuzzers.sh FUZZ_DIR SECONDS}
 SECONDS_EACH=${2:-60}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 status=0
-for target in fuzz_safetensors_header:safetensors fuzz_tokenizer_json:tokenizer; do
+for target in fuzz_safetensors_header:safetensors fuzz_tokenizer_json:tokenizer fuzz_jinja_template:jinja; do
   bin=${target%%:*}
   seeds=$ROOT/bench/fuzz/corpus/${target##*:}
   work=$FUZZ_DIR/corpus-${target##*:}

@@ -6,6 +6,7 @@
 
 #include "apps/cli/app_common.h"
 #include "core/data/synthetic_tasks.h"
+#include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/tokenizer_files.h"
 
@@ -98,7 +99,7 @@ int grpo_data_main(int argc, char** argv) {
       }
       const Tokenizer tokenizer = Tokenizer::from_json(make_byte_level_tokenizer_json(default_demo_special_tokens(), train_bpe_merges(texts, merges)));
       TokenizerFilesOptions files;
-      files.chat_template_name = "none";
+      files.chat_templates = std::vector<NamedChatTemplate>{{"default", chat_template_jinja("none")}};
       files.eos_token = "<|endoftext|>";
       files.pad_token = "<|endoftext|>";
       write_tokenizer_files(output, tokenizer, files);

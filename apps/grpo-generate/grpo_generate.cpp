@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "apps/cli/app_common.h"
+#include "core/config/config_access.h"
 #include "core/config/schema.h"
 #include "core/config/yaml_loader.h"
 #include "core/model/model_config.h"
@@ -24,6 +25,7 @@
 #include "core/runtime/components.h"
 #include "core/runtime/logging.h"
 #include "core/runtime/threads.h"
+#include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/fs.h"
 #include "core/util/strings.h"
@@ -121,12 +123,12 @@ PromptFile read_prompts_jsonl(const std::string& path) {
   return file;
 }
 
-std::string render_prompt(const PromptRecord& record, const std::string& chat_template) {
+std::string render_prompt(const PromptRecord& record, const ChatTemplate& chat_template) {
   if (!record.is_chat) {
-    if (chat_template == "none") return record.prompt;
-    return render_chat(chat_template, {ChatMessage{"user", record.prompt}}, /*add_generation_prompt=*/true);
+    if (chat_template.builtin_name() == "none") return record.prompt;
+    return chat_template.render({ChatMessage{"user", record.prompt, ""}});
   }
-  return render_chat(chat_template, record.messages, /*add_generation_prompt=*/true);
+  return chat_template.render(record.messages);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -140,11 +142,7 @@ std::vector<std::pair<std::string, std::string>> generate_settings_problems(cons
   for (const sdk::SamplingProblem& problem : sdk::sampling_problems(p, s.n))
     out.push_back({problem.field == "stop_strings" ? "stop" : problem.field, problem.message});
   if (s.seed < 0) out.push_back({"seed", "must be >= 0, got " + std::to_string(s.seed)});
-  try {
-    chat_template_jinja(s.chat_template);
-  } catch (const TokenizerError& e) {
-    out.push_back({"chat_template", e.what()});
-  }
+  if (auto problem = chat_template_spec_problem(s.chat_template)) out.push_back({"chat_template", *problem});
   return out;
 }
 
@@ -153,6 +151,8 @@ std::vector<sdk::GenerationRequest> build_generation_requests(const std::vector<
                                                               const GenerateSettings& settings,
                                                               std::vector<std::string>& errors) {
   std::vector<sdk::GenerationRequest> requests(records.size());
+  ChatTemplate chat_template = ChatTemplate::resolve(settings.chat_template, tokenizer);
+  chat_template.set_variables(nlohmann::ordered_json::parse(settings.chat_template_kwargs));
   for (std::size_t i = 0; i < records.size(); ++i) {
     const PromptRecord& r = records[i];
     sdk::GenerationRequest& q = requests[i];
@@ -161,7 +161,7 @@ std::vector<sdk::GenerationRequest> build_generation_requests(const std::vector<
     q.sampling = settings.sampling;
     q.seed = static_cast<std::uint64_t>(settings.seed) + static_cast<std::uint64_t>(i);
     try {
-      const std::vector<int> ids = tokenizer.encode(render_prompt(r, settings.chat_template));
+      const std::vector<int> ids = tokenizer.encode(render_prompt(r, chat_template));
       q.prompt_ids.assign(ids.begin(), ids.end());
     } catch (const TokenizerError& e) {
       errors.push_back(r.where() + ": cannot tokenize the prompt: " + e.what());
@@ -373,6 +373,8 @@ void apply_config_file(const sdk::ConfigValue& root, const std::string& path, Ge
   s.stop_strings = view.get_string_list("stop", s.stop_strings);
   if (view.has("stop_token_ids")) s.stop_token_ids = config_int_list(view, "stop_token_ids");
   settings.chat_template = view.get_string("chat_template", settings.chat_template);
+  if (const sdk::ConfigValue* kwargs = block->find("chat_template_kwargs"))
+    settings.chat_template_kwargs = config_to_json_text(*kwargs);
   if (const sdk::ConfigValue* b = block->find("backend"); b && !b->is_null()) {
     if (b->is_scalar()) {
       backend = sdk::ConfigValue::make_map(b->location());
@@ -527,11 +529,15 @@ int run(const Options& opt) {
                            " (grpo-generate tokenizes the prompts itself: the model folder needs a tokenizer.json, "
                            "or give one with --backend-option tokenizer=PATH)");
   }
-  for (const std::string& special : chat_template_special_tokens(settings.chat_template))
-    if (!tokenizer->token_to_id(special))
-      throw sdk::ConfigError("--chat-template " + settings.chat_template + " writes " + special + ", which " +
-                             tokenizer_path + "'s tokenizer does not have as a token (the prompt would be split "
-                             "into ordinary pieces); choose the model's template (chatml, llama3) or none");
+  try {
+    const ChatTemplate chat_template = ChatTemplate::resolve(settings.chat_template, *tokenizer);
+    if (chat_template.fell_back())
+      spdlog::warn("--chat-template auto: {} has no chat template; prompts are rendered with the built-in chatml",
+                   tokenizer_path);
+    spdlog::info("chat template: {}", chat_template.origin());
+  } catch (const TokenizerError& e) {
+    throw sdk::ConfigError("--chat-template " + settings.chat_template + ": " + e.what());
+  }
   std::vector<std::string> token_errors;
   const std::vector<sdk::GenerationRequest> requests =
       build_generation_requests(prompts.records, *tokenizer, settings, token_errors);
@@ -639,7 +645,7 @@ int grpo_generate_main(int argc, char** argv) {
     ("seed", po::value<std::int64_t>()->value_name("SEED"), "random seed >= 0; prompt i (0-based, input order) uses seed + i (default 0)")
     ("stop", po::value<std::vector<std::string>>()->composing()->value_name("STR"), "stop string: the completion ends at it and its text is cut before it; repeatable")
     ("stop-token-id", po::value<std::vector<std::int64_t>>()->composing()->value_name("ID"), "stop token id: the completion ends with it (kept); repeatable")
-    ("chat-template", po::value<std::string>()->value_name("NAME"), "chatml (default), llama3 or none (prompts tokenized as written)")
+    ("chat-template", po::value<std::string>()->value_name("NAME|PATH"), "auto (default: the model's own template), chatml, llama3, none (prompts tokenized as written) or a Jinja file")
     ("backend", po::value<std::string>()->value_name("NAME"), "rollout backend component (default native)")
     ("backend-option", po::value(&opt.backend_options)->composing()->value_name("KEY=VALUE"), "KEY=VALUE option of the backend (VALUE is YAML), e.g. "
                                                                    "max_num_seqs=16, dtype=bfloat16, logprobs=processed, "

@@ -55,16 +55,17 @@ struct PromptFile {
 PromptFile read_prompts_jsonl(const std::string& path);
 
 // The text the tokenizer sees: `messages`, or `prompt` as one user message, rendered with the
-// named chat template (core/tokenizer/chat_template.h) with the generation prompt appended;
-// with "none" the contents are concatenated as they are (a prompt string is used as is).
-std::string render_prompt(const PromptRecord& record, const std::string& chat_template);
+// chat template (core/tokenizer/chat_template.h) with the generation prompt appended; with the
+// built-in "none" the contents are concatenated as they are (a prompt string is used as is).
+std::string render_prompt(const PromptRecord& record, const core::ChatTemplate& chat_template);
 
 // What is asked of every prompt (defaults = grpo-generate's defaults).
 struct GenerateSettings {
   std::int64_t n = 1;            // completions per prompt
   sdk::SamplingParams sampling;  // temperature 1 (0 = greedy), top_p 1, top_k -1, min_p 0, max_new_tokens 256
   std::int64_t seed = 0;         // request i (0-based, input order) gets seed + i
-  std::string chat_template = "chatml";
+  std::string chat_template = "auto";  // as tokenizer.chat_template: auto, a built-in name or a .jinja file
+  std::string chat_template_kwargs = "{}";  // more template variables (JSON object text)
 };
 
 // The problems of `settings`, each as {key, message}, with the key as in a config file's
@@ -73,7 +74,9 @@ struct GenerateSettings {
 std::vector<std::pair<std::string, std::string>> generate_settings_problems(const GenerateSettings& settings);
 
 // One request per record, in order: id = record.id, prompt_ids = the tokens of
-// render_prompt(record) (no special tokens added: templates render BOS themselves), n,
+// render_prompt(record) with settings.chat_template resolved against `tokenizer` (throws
+// TokenizerError when it does not resolve; no special tokens added: templates render BOS
+// themselves), n,
 // sampling, seed = settings.seed + index. A record whose prompt cannot be tokenized, or
 // renders to no tokens, gets empty prompt_ids and an entry "FILE:LINE: reason" in `errors`.
 std::vector<sdk::GenerationRequest> build_generation_requests(const std::vector<PromptRecord>& records,

@@ -192,7 +192,7 @@ int run(const Options& opt) {
               << "\n"
               << "precision: " << precision_name(policy.precision) << " (weights " << policy.dtype << ") on " << policy.device.str()
               << (policy.device.is_cpu() ? " (CPU bf16: " + cpu_bf16_support().describe() + ")" : std::string()) << "\n"
-              << "tokenizer: " << (files.tokenizer ? policy.tokenizer_path + " (" + std::to_string(files.tokenizer->vocab_size()) + " ids, chat template " + policy.chat_template_name + ")"
+              << "tokenizer: " << (files.tokenizer ? policy.tokenizer_path + " (" + std::to_string(files.tokenizer->vocab_size()) + " ids, chat template " + files.chat_template->origin() + ")"
                                                    : std::string("(none configured)"))
               << "\n"
               << "data: " << (job.prompts.train.examples.empty() ? std::string("(not loaded)")
@@ -240,7 +240,7 @@ int run(const Options& opt) {
   }
   if (policy.tokenizer)
     spdlog::info("tokenizer: {} ({} ids), chat template {}", policy_config.tokenizer_path,
-                 policy.tokenizer->vocab_size(), policy_config.chat_template_name);
+                 policy.tokenizer->vocab_size(), policy.chat_template->origin());
   std::unique_ptr<dist::Distributed> distributed;
   if (world.distributed()) distributed = std::make_unique<dist::Distributed>(world, dist_opts, policy_config.device.is_cuda());
   run_training(job, config, policy, distributed.get());

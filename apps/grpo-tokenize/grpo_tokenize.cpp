@@ -16,6 +16,7 @@
 namespace grpo::cli {
 
 using namespace grpo::core;
+using ordered_json = nlohmann::ordered_json;
 
 namespace {
 
@@ -24,16 +25,20 @@ constexpr const char* kUsage = R"(Usage: grpo-tokenize --tokenizer DIR_OR_FILE [
 Reads one JSON value per line on stdin and writes one JSON value per line on stdout.
   default    each line is a JSON string; prints its token ids as a JSON array
   --decode   each line is a JSON array of ids; prints the decoded text as a JSON string
-  --chat     each line is a messages list [{"role": "user", "content": "..."}, ...];
-             renders it with --template, then prints the token ids
+  --chat     each line is a messages list [{"role": "user", "content": "..."}, ...] or an
+             object {"messages": [...], "tools": [...], "documents": [...],
+             "add_generation_prompt": bool, ...more template variables}; renders it with
+             --template (transformers' apply_chat_template), then prints the token ids
 
 Options:
   --tokenizer PATH         a folder with tokenizer.json (+ tokenizer_config.json) or a tokenizer.json
   --decode                 decode ids instead of encoding text
   --chat                   render chat messages with the template, then encode
-  --template NAME          chat template: chatml (default), llama3, none
+  --template NAME|PATH     chat template: auto (default: the tokenizer's own, chat_template.jinja or
+                           tokenizer_config.json), chatml, llama3, none, or a Jinja file
   --render                 with --chat: print the rendered text (JSON string) instead of ids
-  --no-generation-prompt   with --chat: do not append the assistant generation prompt
+  --no-generation-prompt   with --chat: do not append the assistant generation prompt (a line's own
+                           "add_generation_prompt" wins)
   --add-special-tokens     apply the tokenizer's post-processor (e.g. Llama-3's BOS)
   --skip-special-tokens    with --decode: leave special tokens out of the text
   --tokens                 print token strings (byte-level form) instead of ids
@@ -43,6 +48,7 @@ Examples:
   echo '"Hello world"' | grpo-tokenize --tokenizer .cache/reference-tokenizers/qwen3
   echo '[9707, 1879]' | grpo-tokenize --tokenizer .cache/reference-tokenizers/qwen3 --decode
   echo '[{"role":"user","content":"2+2?"}]' | grpo-tokenize --tokenizer DIR --chat --render
+  echo '{"messages":[{"role":"user","content":"hi"}],"enable_thinking":false}' | grpo-tokenize --tokenizer DIR --chat --render --template auto
 )";
 
 const std::string& exit_codes() {
@@ -57,7 +63,7 @@ const std::string& exit_codes() {
 
 struct Options {
   std::string tokenizer;
-  std::string template_name = "chatml";
+  std::string template_name = "auto";
   bool decode = false, chat = false, render = false, generation_prompt = true;
   bool add_special = false, skip_special = false, tokens = false, help = false;
 };
@@ -111,6 +117,46 @@ std::string parse_args(int argc, char** argv, Options& o) {
   return "";
 }
 
+// A --chat line: a messages list, or {"messages": [...], "tools", "documents",
+// "add_generation_prompt", ...variables}. Returns the problem, or "".
+std::string chat_line(const std::string& line, ordered_json& messages, ChatRenderOptions& render) {
+  if (auto deep = json_nesting_error(line)) return *deep;
+  ordered_json j;
+  try {
+    j = ordered_json::parse(line);
+  } catch (const ordered_json::parse_error& e) {
+    return std::string("expected a messages list or an object with \"messages\" (invalid JSON: ") + e.what() + ")";
+  }
+  if (j.is_object()) {
+    if (!j.contains("messages")) return "the object has no \"messages\" (a list of {\"role\", \"content\"} objects)";
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string& key = it.key();
+      if (key == "messages") {
+        messages = it.value();
+      } else if (key == "tools" || key == "documents") {
+        if (!it.value().is_null() && !it.value().is_array())
+          return "\"" + key + "\": expected a list or null, got " + std::string(it.value().type_name());
+        (key == "tools" ? render.tools : render.documents) = it.value();
+      } else if (key == "add_generation_prompt") {
+        if (!it.value().is_boolean()) return "\"add_generation_prompt\": expected true or false";
+        render.add_generation_prompt = it.value().get<bool>();
+      } else {
+        render.variables[key] = it.value();
+      }
+    }
+  } else {
+    messages = std::move(j);
+  }
+  if (!messages.is_array())
+    return std::string("expected a messages list [{\"role\": \"user\", \"content\": \"...\"}, ...], got ") +
+           messages.type_name();
+  for (std::size_t i = 0; i < messages.size(); ++i)
+    if (!messages[i].is_object())
+      return "messages[" + std::to_string(i) + "]: expected an object {\"role\": ..., \"content\": ...}, got " +
+             messages[i].type_name();
+  return "";
+}
+
 }  // namespace
 
 int grpo_tokenize_run(int argc, char** argv, std::istream& in, std::ostream& out, std::ostream& err) {
@@ -125,10 +171,8 @@ int grpo_tokenize_run(int argc, char** argv, std::istream& in, std::ostream& out
     err << "grpo-tokenize: " << usage_error << "\n(see grpo-tokenize --help)\n";
     return kExitUsage;
   }
-  try {
-    chat_template_jinja(o.template_name);
-  } catch (const TokenizerError& e) {
-    err << "grpo-tokenize: --template: " << e.what() << "\n";
+  if (auto problem = chat_template_spec_problem(o.template_name)) {
+    err << "grpo-tokenize: --template: " << *problem << "\n";
     return kExitUsage;
   }
   std::optional<Tokenizer> loaded;
@@ -139,6 +183,17 @@ int grpo_tokenize_run(int argc, char** argv, std::istream& in, std::ostream& out
     return kExitConfig;
   }
   const Tokenizer& tok = *loaded;
+  std::optional<ChatTemplate> chat_template;
+  if (o.chat) {
+    try {
+      chat_template.emplace(ChatTemplate::resolve(o.template_name, tok));
+    } catch (const TokenizerError& e) {
+      err << "grpo-tokenize: --template " << o.template_name << ": " << e.what() << "\n";
+      return kExitConfig;
+    }
+    if (chat_template->fell_back())
+      err << "grpo-tokenize: warning: " << o.tokenizer << " has no chat template; using the built-in chatml\n";
+  }
   try {
     std::string line;
     std::size_t line_no = 0;
@@ -161,14 +216,12 @@ int grpo_tokenize_run(int argc, char** argv, std::istream& in, std::ostream& out
       ++line_no;
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (o.chat) {
-        std::vector<ChatMessage> messages;
+        ChatRenderOptions render;
+        render.add_generation_prompt = o.generation_prompt;
+        ordered_json messages;
+        if (std::string problem = chat_line(line, messages, render); !problem.empty()) return bad_line(problem);
         try {
-          messages = chat_messages_from_json(line);
-        } catch (const TokenizerError& e) {
-          return bad_line(e.what());
-        }
-        try {
-          std::string text = render_chat(o.template_name, messages, o.generation_prompt);
+          std::string text = chat_template->render_json(messages, render);
           if (o.render)
             out << json(text).dump() << "\n";
           else

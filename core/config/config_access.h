@@ -29,6 +29,11 @@ const sdk::ConfigValue* find_config_node(const sdk::ConfigValue& root, std::init
 std::int64_t int_at_least(const sdk::ConfigValue& root, const char* section, const char* key, std::int64_t value,
                           std::int64_t min);
 
+// A configuration value as JSON text (free-form maps such as tokenizer.chat_template_kwargs):
+// maps and lists as such, unquoted scalars typed by YAML 1.2's core schema (true/false, null
+// or ~, integers, floats, else strings); quoted scalars are strings ("false" stays text).
+std::string config_to_json_text(const sdk::ConfigValue& value);
+
 // The component name of a component node (`verifier: math` or `{name: math, ...}`): the string
 // itself, or its `name` key.
 std::string component_name(const sdk::ConfigValue& node, const std::string& key_path);

@@ -55,7 +55,8 @@ const std::vector<ConfigKeySpec>& config_schema() {
     {"model.dtype",            ConfigType::kEnum,          "float32",       "Dtype the policy's weights are stored in: loaded, updated by the optimizer and checkpointed. `train.precision` chooses the compute dtype (docs/precision.md).", {"float32", "bfloat16"}},
     {"model.device",           ConfigType::kString,        "\"cpu\"",       "Where the policy, the reference model, the update and the optimizer state live: `cpu`, `cuda` (data-parallel: each rank binds `cuda:LOCAL_RANK`) or `cuda:N`. The native rollout backend's `device` defaults to it. CUDA needs a build against a CUDA LibTorch (docs/precision.md).", {}},
     {"tokenizer.path",         ConfigType::kString,        "\"\"",        "Folder with tokenizer.json (+ tokenizer_config.json), or a tokenizer.json file; `\"\"` = `model.path`.", {}},
-    {"tokenizer.chat_template_name", ConfigType::kEnum,    "chatml",        "Chat template prompts are rendered with: `chatml` (Qwen), `llama3`, `none` (plain text). See docs/tokenizer.md.", chat_template_names()},
+    {"tokenizer.chat_template", ConfigType::kString,       "\"auto\"",          "Chat template prompts are rendered with: `auto` (the model's own: `chat_template.jinja` or `tokenizer_config.json`'s `chat_template`; the built-in `chatml` when it has none), a built-in `chatml` (Qwen), `llama3` or `none` (plain text), or the path of a Jinja file. See docs/tokenizer.md.", {}},
+    {"tokenizer.chat_template_kwargs", ConfigType::kMap,   "{}",            "More variables for the chat template, as transformers' `apply_chat_template(**kwargs)` (TRL's `chat_template_kwargs`), e.g. `{enable_thinking: false}` for Qwen3; unquoted YAML scalars keep their YAML types (true, 3, 0.5, null), quoted ones are strings.", {}},
     {"data.train",             ConfigType::kDataSources,   "[]",            "Training data: JSONL files, each a path or `{path: P, weight: W}` (W x the file's rows, open-instruct's fraction; > 1 repeats rows) or `{path: P, count: N}`. See docs/training.md#data.", {}},
     {"data.eval",              ConfigType::kDataSources,   "[]",            "Evaluation split, same forms as `data.train`; `[]` = no evaluation.", {}},
     {"data.format",            ConfigType::kEnum,          "auto",          "Column convention of the rows: `open_instruct` (`messages`, `ground_truth`, `dataset`), `trl` (`prompt`, every other column to the verifiers), `verl` (`prompt`, `data_source`, `reward_model.ground_truth`), or `auto` (per row, by the columns present).", {"auto", "open_instruct", "trl", "verl"}},
@@ -121,7 +122,8 @@ const std::vector<ConfigKeySpec>& config_schema() {
     {"generate.seed",          ConfigType::kInt,           "0",             "`grpo-generate`: random seed >= 0; prompt i (0-based, input order) samples with seed + i (`--seed`).", {}},
     {"generate.stop",          ConfigType::kStringList,    "[]",            "`grpo-generate`: stop strings; a completion ends at one, which is cut from its text (`--stop`).", {}},
     {"generate.stop_token_ids", ConfigType::kIntList,      "[]",            "`grpo-generate`: stop token ids; a completion ends with one, which is kept (`--stop-token-id`).", {}},
-    {"generate.chat_template", ConfigType::kEnum,          "chatml",        "`grpo-generate`: chat template the prompts are rendered with; `none` tokenizes a prompt as written (`--chat-template`).", chat_template_names()},
+    {"generate.chat_template", ConfigType::kString,        "\"auto\"",          "`grpo-generate`: chat template the prompts are rendered with, as `tokenizer.chat_template`: `auto`, `chatml`, `llama3`, `none` (a prompt is tokenized as written) or a Jinja file (`--chat-template`).", {}},
+    {"generate.chat_template_kwargs", ConfigType::kMap,    "{}",            "`grpo-generate`: more chat template variables, as `tokenizer.chat_template_kwargs` (e.g. `{enable_thinking: false}`).", {}},
     {"generate.backend",       ConfigType::kComponent,     "null",          "`grpo-generate`: rollout backend component and its options, e.g. `{name: native, max_num_seqs: 16}`; null = `native` (`--backend`, `--backend-option`).", {}},
   };
   return schema;
@@ -288,6 +290,9 @@ void check_value(const ConfigKeySpec& spec, const ConfigValue& v, const std::str
       if (!v.is_sequence()) fail(v.location(), path, "expected a list of data files, got " + got);
       for (std::size_t i = 0; i < v.items().size(); ++i) check_data_source(v.items()[i], path + "[" + std::to_string(i) + "]");
       return;
+    case ConfigType::kMap:
+      if (!v.is_null() && !v.is_map()) fail(v.location(), path, "expected a map of names to values, got " + got);
+      return;
     case ConfigType::kComponentList:
       if (v.is_null()) return;
       if (!v.is_sequence()) fail(v.location(), path, "expected a list of components, got " + got);
@@ -365,6 +370,7 @@ const char* config_type_name(ConfigType type) {
     case ConfigType::kComponent: return "component";
     case ConfigType::kComponentList: return "list of components";
     case ConfigType::kDataSources: return "list of data sources";
+    case ConfigType::kMap: return "map";
   }
   return "?";
 }

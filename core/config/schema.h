@@ -28,6 +28,7 @@ enum class ConfigType {
   kComponent,      // null | "name" | {name: X, ...options}
   kComponentList,  // a list of component nodes; verifier entries may carry `weight`
   kDataSources,    // a list of data files: "path" or {path, weight | count}
+  kMap,            // a map of free-form values (null = empty), e.g. chat template variables
 };
 
 struct ConfigKeySpec {
@@ -42,7 +43,7 @@ struct ConfigKeySpec {
 const std::vector<ConfigKeySpec>& config_schema();
 
 // "bool", "int", "number", "string", "enum", "list of strings", "list of integers", "component",
-// "list of components".
+// "list of components", "list of data sources", "map".
 const char* config_type_name(ConfigType type);
 
 // Weight of a verifier entry without `weight`.

@@ -355,10 +355,18 @@ class RowMapper {
       auto content = m.find("content");
       if (role == m.end() || !role->is_string())
         fail(at + expected + (role == m.end() ? std::string("no \"role\"") : "\"role\": " + describe(*role)));
-      if (content == m.end() || !content->is_string())
+      // The other fields (tool_calls, name, tool_call_id, ...) go to the chat template too; with
+      // them, content may be null or a list of parts.
+      json extra = json::object();
+      for (auto it = m.begin(); it != m.end(); ++it)
+        if (it.key() != "role" && it.key() != "content") extra[it.key()] = it.value();
+      const bool other_content = content != m.end() && !extra.empty() && (content->is_null() || content->is_array());
+      if (content == m.end() || (!content->is_string() && !other_content))
         fail(at + expected +
              (content == m.end() ? std::string("no \"content\"") : "\"content\": " + describe(*content)));
-      example_.messages.push_back({role->get<std::string>(), content->get<std::string>()});
+      if (other_content) extra["content"] = *content;
+      example_.messages.push_back({role->get<std::string>(), content->is_string() ? content->get<std::string>() : "",
+                                   extra.empty() ? "" : extra.dump()});
     }
     // open-instruct's RLVR tokenization drops a trailing assistant turn (the reference
     // answer of an SFT-style row): the policy must write it. It is the row's completion (SFT).
@@ -689,9 +697,13 @@ void PromptSampler::set_position(const Position& position) {
   position_ = position.offset == num_rows_ ? Position{position.epoch + 1, 0} : position;
 }
 
-std::string render_prompt(const Example& example, const std::string& chat_template_name) {
+std::string render_prompt(const Example& example, const ChatTemplate& chat_template) {
   if (example.messages.empty()) return example.text;
-  return render_chat(chat_template_name, example.messages, /*add_generation_prompt=*/true);
+  try {
+    return chat_template.render(example.messages);
+  } catch (const TokenizerError& e) {
+    throw DataError(example.where() + ": " + e.what());
+  }
 }
 
 }  // namespace grpo::core

@@ -130,8 +130,8 @@ class PromptSampler {
 // distributions. bound > 0.
 std::uint64_t uniform_below(std::mt19937_64& gen, std::uint64_t bound);
 
-// The prompt text of a row: its chat rendered with the named template and the generation
-// prompt (render_chat), or its plain text as is.
-std::string render_prompt(const Example& example, const std::string& chat_template_name);
+// The prompt text of a row: its chat rendered with the template and the generation prompt, or
+// its plain text as is.
+std::string render_prompt(const Example& example, const ChatTemplate& chat_template);
 
 }  // namespace grpo::core

@@ -140,7 +140,7 @@ void save_model(const std::string& dir, CausalLM& model, const SaveOptions& opti
     save_checkpoint_tensors(staging.string(), model_state_tensors(model, dtype), options.max_shard_bytes);
     if (options.tokenizer) {
       TokenizerFilesOptions tok;
-      tok.chat_template_name = options.chat_template_name;
+      tok.chat_templates = options.chat_templates;
       write_tokenizer_files(staging.string(), *options.tokenizer, tok);
     }
     ::chmod(staging.c_str(), 0755);  // mkdtemp creates 0700; checkpoints are ordinary folders

@@ -13,6 +13,7 @@
 #include "core/model/model_config.h"
 #include "core/model/safetensors_torch.h"
 #include "core/model/transformer.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace grpo::core {
 
@@ -51,7 +52,8 @@ struct SaveOptions {
   std::optional<torch::Dtype> dtype;   // default: the model's parameter dtype
   std::string generation_config_json;  // "" = bos/eos from the config
   const Tokenizer* tokenizer = nullptr;  // when set, tokenizer.json + tokenizer_config.json
-  std::string chat_template_name = "chatml";
+  // tokenizer_config.json's chat_template (TokenizerFilesOptions::chat_templates).
+  std::optional<std::vector<NamedChatTemplate>> chat_templates;
 };
 
 // Writes the folder atomically: every file goes through the atomic writer (fsynced) into a

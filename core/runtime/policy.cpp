@@ -109,7 +109,8 @@ PolicySpec policy_spec(const sdk::ConfigValue& root) {
     spec.tokenizer_path = spec.model_path;
     spec.tokenizer_node = spec.model_node;
   }
-  spec.chat_template_name = tokenizer.get_string("chat_template_name", "chatml");
+  spec.chat_template = tokenizer.get_string("chat_template", "auto");
+  spec.chat_template_node = find_config_node(root, {"tokenizer", "chat_template"});
   return spec;
 }
 
@@ -136,6 +137,15 @@ PolicyFiles check_policy_files(const PolicySpec& spec) {
       fail_at_key(spec.tokenizer_node, key,
            "the tokenizer has " + std::to_string(files.tokenizer->vocab_size()) + " ids but the model's vocab_size is " +
                std::to_string(files.model_config.vocab_size));
+    try {
+      files.chat_template = ChatTemplate::resolve(spec.chat_template, *files.tokenizer);
+    } catch (const std::exception& e) {
+      fail_at_key(spec.chat_template_node, "tokenizer.chat_template", e.what());
+    }
+    if (files.chat_template->fell_back())
+      spdlog::warn("tokenizer.chat_template auto: {} has no chat template (no chat_template.jinja, no chat_template in "
+                   "tokenizer_config.json); prompts are rendered with the built-in chatml",
+                   spec.tokenizer_path);
   }
   return files;
 }
@@ -144,6 +154,7 @@ LoadedPolicy load_policy(const PolicySpec& spec) {
   PolicyFiles files = check_policy_files(spec);
   LoadedPolicy policy;
   policy.tokenizer = std::move(files.tokenizer);
+  policy.chat_template = std::move(files.chat_template);
   if (!spec.model_path.empty())
     policy.model = load_model(spec.model_path, dtype_from_name(spec.dtype, "model.dtype"), spec.device);
   return policy;

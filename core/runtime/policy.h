@@ -7,6 +7,7 @@
 
 #include "core/model/checkpoint.h"
 #include "core/model/precision.h"
+#include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "grpo/sdk/config_value.h"
 
@@ -18,9 +19,10 @@ struct PolicySpec {
   Precision precision = Precision::kFp32;  // train.precision, resolved against model.dtype
   torch::Device device = torch::kCPU;      // model.device (data-parallel: see bind_local_cuda_device)
   std::string tokenizer_path;      // resolved: tokenizer.path, else model.path
-  std::string chat_template_name;  // tokenizer.chat_template_name
+  std::string chat_template = "auto";  // tokenizer.chat_template
   const sdk::ConfigValue* model_node = nullptr;      // for error locations
   const sdk::ConfigValue* tokenizer_node = nullptr;  // the node tokenizer_path came from
+  const sdk::ConfigValue* chat_template_node = nullptr;
 };
 
 // model.path may name a run directory of grpo-sft or grpo-run instead of a model folder: when
@@ -50,16 +52,20 @@ void bind_local_cuda_device(sdk::ConfigValue& root, int local_rank);
 struct PolicyFiles {
   ModelConfig model_config;
   std::optional<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;  // tokenizer.chat_template resolved (with a tokenizer)
 };
 
-// Parses config.json and loads the tokenizer (cheap: no weights are read). Problems are
-// sdk::ConfigError naming the config key's location and the file's own error, e.g.
+// Parses config.json, loads the tokenizer and resolves and parses the chat template (cheap: no
+// weights are read; `auto` without a template in the tokenizer's files is a logged warning and
+// the built-in chatml). Problems are sdk::ConfigError naming the config key's location and the
+// file's own error, e.g.
 //   "run.yaml:3:9: model.path: models/q/config.json: use_sliding_window: ... not supported".
 PolicyFiles check_policy_files(const PolicySpec& spec);
 
 struct LoadedPolicy {
   LoadedModel model;
   std::optional<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;
 };
 
 // check_policy_files() and then the weights.

@@ -1,15 +1,17 @@
 #include "core/tokenizer/chat_template.h"
 
-#include <nlohmann/json.hpp>
-
+#include <filesystem>
 #include <map>
 
-#include "core/tokenizer/tokenizer.h"
-#include "core/tokenizer/unicode.h"
+#include "core/jinja/jinja.h"
+#include "core/jinja/pystring.h"
+#include "core/util/fs.h"
 #include "core/util/json_limits.h"
 #include "core/util/strings.h"
 
 namespace grpo::core {
+
+using ojson = nlohmann::ordered_json;
 
 namespace {
 
@@ -42,13 +44,28 @@ const std::map<std::string, std::string>& templates() {
 [[noreturn]] void unknown(const std::string& name) {
   auto names = chat_template_names();
   throw TokenizerError("unknown chat template '" + name + "'" + did_you_mean(name, names) +
-                       " (known: " + join(names, ", ") + ")");
+                       " (known: " + join(names, ", ") + ", auto, or a path to a .jinja file)");
 }
 
-bool python_isspace(std::uint32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-         cp == 0x3000;
+bool is_builtin(const std::string& name) { return templates().count(name) > 0; }
+
+// The special tokens transformers passes to a template (special_tokens_map): every *_token
+// tokenizer_config.json sets, and additional_special_tokens.
+ojson special_tokens_of(const Tokenizer& tokenizer) {
+  ojson vars = ojson::object();
+  for (const auto& [key, content] : tokenizer.special_token_strings()) vars[key] = content;
+  if (!tokenizer.additional_special_tokens().empty()) vars["additional_special_tokens"] = tokenizer.additional_special_tokens();
+  return vars;
+}
+
+void check_builtin_tokens(const std::string& name, const Tokenizer& tokenizer, const std::string& where) {
+  std::vector<std::string> missing;
+  for (const std::string& t : chat_template_special_tokens(name))
+    if (!tokenizer.token_to_id(t)) missing.push_back(t);
+  if (!missing.empty())
+    throw TokenizerError(where + "the chat template '" + name + "' writes " + join(missing, ", ") +
+                         ", which the tokenizer does not have as tokens: the prompt would be split into ordinary "
+                         "pieces. Use the model's own template (tokenizer.chat_template: auto) or a .jinja file");
 }
 
 }  // namespace
@@ -65,21 +82,7 @@ const std::string& chat_template_jinja(const std::string& name) {
   return it->second;
 }
 
-std::string python_strip(std::string_view s) {
-  std::size_t b = 0, e = s.size();
-  while (b < e) {
-    std::size_t len = 1;
-    if (!python_isspace(unicode::decode_at(s, b, &len))) break;
-    b += len;
-  }
-  while (e > b) {
-    std::size_t p = e - 1;
-    while (p > b && (static_cast<unsigned char>(s[p]) & 0xC0) == 0x80) --p;
-    if (!python_isspace(unicode::decode_at(s, p))) break;
-    e = p;
-  }
-  return std::string(s.substr(b, e - b));
-}
+std::string python_strip(std::string_view s) { return jinja::py::strip(s); }
 
 std::vector<std::string> chat_template_special_tokens(const std::string& name) {
   chat_template_jinja(name);  // unknown names fail here, with the list
@@ -88,48 +91,223 @@ std::vector<std::string> chat_template_special_tokens(const std::string& name) {
   return {};
 }
 
+// ---- ChatTemplate ---------------------------------------------------------------------------
+
+ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
+ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
+ChatTemplate::ChatTemplate(const ChatTemplate&) = default;
+ChatTemplate& ChatTemplate::operator=(const ChatTemplate&) = default;
+ChatTemplate::~ChatTemplate() = default;
+
+void ChatTemplate::compile() {
+  compiled_.clear();
+  for (const NamedChatTemplate& s : sources_) {
+    const std::string name = sources_.size() > 1 ? origin_ + " [" + s.name + "]" : origin_;
+    try {
+      compiled_.push_back(std::make_shared<const jinja::Template>(s.source, name));
+    } catch (const jinja::JinjaError& e) {
+      throw TokenizerError(std::string("chat template ") + e.what());
+    }
+  }
+}
+
+ChatTemplate ChatTemplate::builtin(const std::string& name) {
+  ChatTemplate t;
+  t.sources_.push_back({"default", chat_template_jinja(name)});
+  t.origin_ = name + " (built-in)";
+  t.builtin_name_ = name;
+  if (name == "llama3") t.special_tokens_["bos_token"] = "<|begin_of_text|>";
+  t.compile();
+  return t;
+}
+
+ChatTemplate ChatTemplate::from_source(const std::string& source, const std::string& origin, const Tokenizer* tokenizer) {
+  ChatTemplate t;
+  t.sources_.push_back({"default", source});
+  t.origin_ = origin;
+  if (tokenizer) t.special_tokens_ = special_tokens_of(*tokenizer);
+  t.compile();
+  return t;
+}
+
+ChatTemplate ChatTemplate::resolve(const std::string& spec, const Tokenizer& tokenizer) {
+  if (spec == "auto") {
+    if (tokenizer.chat_templates().empty()) {
+      check_builtin_tokens("chatml", tokenizer,
+                           "auto: the tokenizer has no chat template (no chat_template.jinja, no chat_template in "
+                           "tokenizer_config.json), and ");
+      ChatTemplate t = builtin("chatml");
+      t.special_tokens_ = special_tokens_of(tokenizer);
+      t.fell_back_ = true;
+      return t;
+    }
+    ChatTemplate t;
+    t.sources_ = tokenizer.chat_templates();
+    t.origin_ = tokenizer.chat_template_origin().empty() ? "the tokenizer's chat template" : tokenizer.chat_template_origin();
+    t.special_tokens_ = special_tokens_of(tokenizer);
+    t.compile();
+    return t;
+  }
+  if (is_builtin(spec)) {
+    check_builtin_tokens(spec, tokenizer, "");
+    ChatTemplate t = builtin(spec);
+    const ojson defaults = t.special_tokens_;
+    t.special_tokens_ = special_tokens_of(tokenizer);
+    for (auto it = defaults.begin(); it != defaults.end(); ++it)
+      if (!t.special_tokens_.contains(it.key())) t.special_tokens_[it.key()] = it.value();
+    return t;
+  }
+  // A path: a .jinja file (its text is the template).
+  if (auto problem = chat_template_spec_problem(spec)) throw TokenizerError(*problem);
+  std::string text;
+  try {
+    text = read_file(spec);
+  } catch (const std::exception& e) {
+    throw TokenizerError(std::string("chat template: ") + e.what());
+  }
+  return from_source(text, spec, &tokenizer);
+}
+
+std::optional<std::string> chat_template_spec_problem(const std::string& spec) {
+  if (spec == "auto" || is_builtin(spec)) return std::nullopt;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(spec, ec)) return std::nullopt;
+  const std::string expected = "expected auto, " + join(chat_template_names(), ", ") + " or the path of a Jinja file";
+  const bool looks_like_name = spec.find('/') == std::string::npos && spec.find('.') == std::string::npos;
+  if (looks_like_name)
+    return "unknown chat template '" + spec + "'" + did_you_mean(spec, chat_template_names()) + " (" + expected + ")";
+  return "chat template file '" + spec + "' does not exist (" + expected + ")";
+}
+
+std::string ChatTemplate::render_json(const ojson& messages, const ChatRenderOptions& options) const {
+  // transformers: the "tool_use" template when tools are given and there is one, else "default".
+  std::size_t pick = 0;
+  bool found = false;
+  const bool has_tools = !options.tools.is_null();
+  for (std::size_t i = 0; i < sources_.size(); ++i) {
+    if (has_tools && sources_[i].name == "tool_use") {
+      pick = i;
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    found = false;
+    for (std::size_t i = 0; i < sources_.size(); ++i)
+      if (sources_[i].name == "default") {
+        pick = i;
+        found = true;
+        break;
+      }
+  }
+  if (!found) {
+    std::vector<std::string> names;
+    for (const auto& s : sources_) names.push_back(s.name);
+    throw TokenizerError(origin_ + ": no chat template named 'default'" +
+                         std::string(has_tools ? " or 'tool_use'" : "") + " (the file has: " + join(names, ", ") + ")");
+  }
+  // transformers' render_jinja_template: messages, tools, documents, add_generation_prompt,
+  // then the special tokens, then the caller's variables (which win).
+  auto context = std::make_shared<jinja::Dict>();
+  context->set("messages", jinja::from_json(messages));
+  context->set("tools", jinja::from_json(options.tools));
+  context->set("documents", jinja::from_json(options.documents));
+  context->set("add_generation_prompt", jinja::Value(options.add_generation_prompt));
+  for (auto it = special_tokens_.begin(); it != special_tokens_.end(); ++it)
+    context->set(it.key(), jinja::from_json(it.value()));
+  for (auto it = variables_.begin(); it != variables_.end(); ++it) context->set(it.key(), jinja::from_json(it.value()));
+  if (options.variables.is_object())
+    for (auto it = options.variables.begin(); it != options.variables.end(); ++it)
+      context->set(it.key(), jinja::from_json(it.value()));
+  try {
+    return compiled_[pick]->render(jinja::Value(context));
+  } catch (const jinja::JinjaError& e) {
+    if (e.raised())
+      throw TokenizerError("the chat template raised an error: " + e.message() + " (" + compiled_[pick]->name() + ":" +
+                           std::to_string(e.line()) + ")");
+    throw TokenizerError(std::string("chat template ") + e.what());
+  }
+}
+
+void ChatTemplate::set_variables(const ojson& variables) {
+  if (!variables.is_object())
+    throw TokenizerError(std::string("chat template variables: expected a map of names to values, got ") + variables.type_name());
+  variables_ = variables;
+}
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options) const {
+  return render_json(chat_messages_to_json(messages), options);
+}
+
 std::string render_chat(const std::string& template_name, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt) {
-  chat_template_jinja(template_name);  // validates the name
-  std::string out;
-  if (template_name == "chatml") {
-    for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-    if (add_generation_prompt) out += "<|im_start|>assistant\n";
-  } else if (template_name == "llama3") {
-    for (std::size_t i = 0; i < messages.size(); ++i) {
-      if (i == 0) out += "<|begin_of_text|>";
-      out += "<|start_header_id|>" + messages[i].role + "<|end_header_id|>\n\n" + python_strip(messages[i].content) +
-             "<|eot_id|>";
+  ChatRenderOptions o;
+  o.add_generation_prompt = add_generation_prompt;
+  return ChatTemplate::builtin(template_name).render(messages, o);
+}
+
+// ---- messages as JSON -----------------------------------------------------------------------
+
+std::vector<ChatMessage> chat_messages_from_json_value(const ojson& j) {
+  const char* expected = "expected a messages list [{\"role\": \"user\", \"content\": \"...\"}, ...]";
+  if (!j.is_array()) throw TokenizerError(std::string(expected) + ", got " + j.type_name());
+  std::vector<ChatMessage> out;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    const ojson& m = j[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw TokenizerError(at + ": expected an object {\"role\": ..., \"content\": ...}, got " + m.type_name());
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) throw TokenizerError(at + ".role: expected a string");
+    ChatMessage msg;
+    msg.role = role->get<std::string>();
+    ojson extra = ojson::object();
+    bool has_content = false;
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      if (it.key() == "role") continue;
+      if (it.key() == "content" && it.value().is_string()) {
+        msg.content = it.value().get<std::string>();
+        has_content = true;
+        continue;
+      }
+      if (it.key() == "content") {
+        if (!it.value().is_null() && !it.value().is_array())
+          throw TokenizerError(at + ".content: expected a string, null or a list of parts, got " + it.value().type_name());
+        has_content = true;
+      }
+      extra[it.key()] = it.value();
     }
-    if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  } else {  // none
-    for (const ChatMessage& m : messages) out += m.content;
+    if (!has_content) throw TokenizerError(at + ".content: expected a string");
+    if (extra.contains("content") && extra.size() == 1)
+      throw TokenizerError(at + ".content: expected a string (null or a list of parts only with other fields such as tool_calls)");
+    if (!extra.empty()) msg.extra_json = extra.dump();
+    out.push_back(std::move(msg));
   }
   return out;
 }
 
 std::vector<ChatMessage> chat_messages_from_json(std::string_view json_text) {
-  using json = nlohmann::json;
   if (auto deep = json_nesting_error(json_text)) throw TokenizerError(*deep);
-  json j;
+  ojson j;
   try {
-    j = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
+    j = ojson::parse(json_text.begin(), json_text.end());
+  } catch (const ojson::parse_error& e) {
     throw TokenizerError(std::string("invalid JSON: ") + e.what());
   }
   if (j.is_object() && j.contains("messages")) j = j["messages"];
-  const char* expected = "expected a messages list [{\"role\": \"user\", \"content\": \"...\"}, ...]";
-  if (!j.is_array()) throw TokenizerError(std::string(expected) + ", got " + j.type_name());
-  std::vector<ChatMessage> out;
-  for (std::size_t i = 0; i < j.size(); ++i) {
-    const json& m = j[i];
-    std::string at = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) throw TokenizerError(at + ": expected an object {\"role\": ..., \"content\": ...}, got " + m.type_name());
-    auto role = m.find("role");
-    auto content = m.find("content");
-    if (role == m.end() || !role->is_string()) throw TokenizerError(at + ".role: expected a string");
-    if (content == m.end() || !content->is_string()) throw TokenizerError(at + ".content: expected a string");
-    out.push_back(ChatMessage{role->get<std::string>(), content->get<std::string>()});
+  return chat_messages_from_json_value(j);
+}
+
+ojson chat_messages_to_json(const std::vector<ChatMessage>& messages) {
+  ojson out = ojson::array();
+  for (const ChatMessage& m : messages) {
+    ojson o = ojson::object();
+    o["role"] = m.role;
+    o["content"] = m.content;
+    if (!m.extra_json.empty()) {
+      const ojson extra = ojson::parse(m.extra_json);
+      for (auto it = extra.begin(); it != extra.end(); ++it) o[it.key()] = it.value();
+    }
+    out.push_back(std::move(o));
   }
   return out;
 }

@@ -147,7 +147,14 @@ std::string make_byte_level_tokenizer_json(const std::vector<std::string>& speci
 }
 
 std::string make_tokenizer_config_json(const Tokenizer& tok, const TokenizerFilesOptions& o) {
-  const std::string& jinja = chat_template_jinja(o.chat_template_name);
+  const std::vector<NamedChatTemplate>& templates = o.chat_templates ? *o.chat_templates : tok.chat_templates();
+  ojson chat_template = nullptr;
+  if (templates.size() == 1 && templates[0].name == "default") {
+    chat_template = templates[0].source;
+  } else if (!templates.empty()) {
+    chat_template = ojson::array();
+    for (const NamedChatTemplate& t : templates) chat_template.push_back({{"name", t.name}, {"template", t.source}});
+  }
   auto resolve = [&](const char* key, const std::optional<std::string>& given,
                      const std::optional<std::string>& own) -> ojson {
     std::optional<std::string> v = given ? given : own;
@@ -164,7 +171,7 @@ std::string make_tokenizer_config_json(const Tokenizer& tok, const TokenizerFile
   cfg["add_prefix_space"] = false;
   cfg["added_tokens_decoder"] = decoder;
   cfg["bos_token"] = resolve("bos_token", o.bos_token, tok.bos_token());
-  cfg["chat_template"] = jinja;
+  if (!chat_template.is_null()) cfg["chat_template"] = chat_template;
   cfg["clean_up_tokenization_spaces"] = false;
   cfg["eos_token"] = resolve("eos_token", o.eos_token, tok.eos_token());
   cfg["model_max_length"] = o.model_max_length;
@@ -172,6 +179,10 @@ std::string make_tokenizer_config_json(const Tokenizer& tok, const TokenizerFile
   cfg["split_special_tokens"] = false;
   cfg["tokenizer_class"] = o.tokenizer_class;
   cfg["unk_token"] = nullptr;
+  // The other special tokens chat templates may use, as the tokenizer had them.
+  for (const auto& [key, content] : tok.special_token_strings())
+    if (key != "bos_token" && key != "eos_token" && key != "pad_token") cfg[key] = content;
+  if (!tok.additional_special_tokens().empty()) cfg["additional_special_tokens"] = tok.additional_special_tokens();
   return cfg.dump(2, ' ', false) + "\n";
 }
 

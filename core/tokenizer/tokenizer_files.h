@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-namespace grpo::core {
+#include "core/tokenizer/tokenizer.h"
 
-class Tokenizer;
+namespace grpo::core {
 
 // The special tokens of the demo tokenizer, in id order after the 256 byte tokens.
 std::vector<std::string> default_demo_special_tokens();  // <|endoftext|>, <|im_start|>, <|im_end|>
@@ -38,7 +38,9 @@ std::vector<std::pair<std::string, std::string>> train_bpe_merges(const std::vec
                                                                   std::size_t num_merges);
 
 struct TokenizerFilesOptions {
-  std::string chat_template_name = "chatml";  // one of chat_template_names()
+  // tokenizer_config.json's chat_template: one "default" is written as a string, several as
+  // transformers' list of {"name", "template"}; empty: none. Unset: the tokenizer's own.
+  std::optional<std::vector<NamedChatTemplate>> chat_templates;
   // Unset: the tokenizer's own (from its tokenizer_config.json), else omitted (null).
   std::optional<std::string> eos_token, pad_token, bos_token;
   long long model_max_length = 131072;
@@ -46,8 +48,8 @@ struct TokenizerFilesOptions {
 };
 
 // Writes DIR/tokenizer.json (the text the tokenizer was loaded from) and
-// DIR/tokenizer_config.json (chat_template = the named template's Jinja source, eos/pad/bos,
-// added_tokens_decoder, model_max_length, tokenizer_class), each with atomic_write_file.
+// DIR/tokenizer_config.json (chat_template, eos/pad/bos and the tokenizer's other special
+// tokens, added_tokens_decoder, model_max_length, tokenizer_class), each with atomic_write_file.
 // Throws TokenizerError when a named token is not in the vocabulary.
 void write_tokenizer_files(const std::string& dir, const Tokenizer& tokenizer, const TokenizerFilesOptions& options = {});
 

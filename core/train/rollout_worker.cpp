@@ -47,8 +47,10 @@ PromptSet tokenize_prompts(std::vector<Example> examples, const Tokenizer& token
                            const char* split) {
   PromptSet out;
   std::size_t too_long = 0;
+  ChatTemplate chat_template = ChatTemplate::resolve(s.chat_template, tokenizer);
+  chat_template.set_variables(nlohmann::ordered_json::parse(s.chat_template_kwargs));
   for (auto& ex : examples) {
-    std::string text = render_prompt(ex, s.chat_template_name);
+    std::string text = render_prompt(ex, chat_template);
     // A prompt far over the limit is not tokenized (encode_within).
     const std::optional<std::vector<int>> ids = encode_within(tokenizer, text, static_cast<std::size_t>(s.max_prompt_tokens));
     if (!ids) {

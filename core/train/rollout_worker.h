@@ -60,7 +60,8 @@ struct PromptSet {
   std::vector<std::string> texts;  // rendered with the chat template (VerifierInput::prompt)
 };
 
-// Renders every example with settings.chat_template_name and tokenizes it; rows whose prompt
+// Renders every example with settings.chat_template (resolved against `tokenizer`) and
+// tokenizes it; rows whose prompt
 // is longer than settings.max_prompt_tokens are dropped (one warning naming `split` and the
 // count). A prompt that renders to no tokens is a DataError naming its row.
 PromptSet tokenize_prompts(std::vector<Example> examples, const Tokenizer& tokenizer, const TrainerSettings& settings,

@@ -36,10 +36,12 @@ SftSet tokenize_rows(const std::vector<Example>& rows, const Tokenizer& tokenize
                      std::int64_t eos, const char* split) {
   SftSet out;
   std::size_t too_long = 0;
+  ChatTemplate chat_template = ChatTemplate::resolve(s.chat_template, tokenizer);
+  chat_template.set_variables(nlohmann::ordered_json::parse(s.chat_template_kwargs));
   for (const auto& ex : rows) {
     // prompt + completion + EOS must fit pack_length; a text far over it is not tokenized (encode_within).
     const auto room = static_cast<std::size_t>(s.pack_length - 1);
-    const std::optional<std::vector<int>> p = encode_within(tokenizer, render_prompt(ex, s.chat_template_name), room);
+    const std::optional<std::vector<int>> p = encode_within(tokenizer, render_prompt(ex, chat_template), room);
     if (p && p->empty()) throw DataError(ex.where() + ": the prompt renders to no tokens");
     const std::optional<std::vector<int>> c = p ? encode_within(tokenizer, ex.completion, room - p->size()) : std::nullopt;
     if (!c) {
@@ -139,7 +141,9 @@ SftSettings sft_settings(const sdk::ConfigValue& root) {
   s.precision = training_precision(root);
   s.save_freq = at_least("checkpoint", "save_freq", checkpoint.get_int("save_freq", s.save_freq), 0);
   s.keep_last = at_least("checkpoint", "keep_last", checkpoint.get_int("keep_last", s.keep_last), 0);
-  s.chat_template_name = tokenizer.get_string("chat_template_name", s.chat_template_name);
+  s.chat_template = tokenizer.get_string("chat_template", s.chat_template);
+  if (const sdk::ConfigValue* kwargs = find_config_node(root, {"tokenizer", "chat_template_kwargs"}))
+    s.chat_template_kwargs = config_to_json_text(*kwargs);
   s.optimizer = optimizer_settings(root);
   s.data = data_options(root);
   s.data.require_ground_truth = false;
@@ -235,7 +239,7 @@ void run_sft(const SftSettings& s, const sdk::ConfigValue& config, LoadedPolicy&
   contents.policy = &model;
   contents.optimizer = optimizer.get();
   contents.tokenizer = &*policy.tokenizer;
-  contents.chat_template_name = s.chat_template_name;
+  contents.chat_templates = ChatTemplate::resolve(s.chat_template, *policy.tokenizer).sources();
   contents.generation_config_json = policy.model.generation_config_json;
   const bool resumed = s.resume && resume_from_checkpoint(config, s.run_dir, s.seed, s.resume_from, contents, state);
   if (resumed && state.step >= s.steps) {

@@ -37,7 +37,8 @@ struct SftSettings {
   Precision precision = Precision::kFp32;  // train.precision (resolved against model.dtype)
   std::int64_t save_freq = 0;
   std::int64_t keep_last = 2;
-  std::string chat_template_name = "chatml";
+  std::string chat_template = "auto";  // tokenizer.chat_template
+  std::string chat_template_kwargs = "{}";  // tokenizer.chat_template_kwargs, as JSON text
   OptimizerSettings optimizer;    // train.*
   DataOptions data;               // data.*, with completions required and ground truths not
 };

@@ -225,7 +225,7 @@ TrainerState save_checkpoint(const std::string& run_dir, const TrainerState& sta
     remove_checkpoint_staging(run_dir);  // leftovers of a killed save
     SaveOptions options;
     options.tokenizer = c.tokenizer;
-    options.chat_template_name = c.chat_template_name;
+    options.chat_templates = c.chat_templates;
     options.generation_config_json = c.generation_config_json;
     save_model(staging.string(), *c.policy, options);
     save_optimizer(*c.optimizer, (staging / kOptimizerFile).string());

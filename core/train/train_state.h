@@ -58,7 +58,7 @@ struct CheckpointContents {
   torch::optim::Optimizer* optimizer = nullptr; // required
   CausalLM* reference = nullptr;                // saved only when it is not frozen (Polyak updates)
   const Tokenizer* tokenizer = nullptr;
-  std::string chat_template_name = "chatml";
+  std::vector<NamedChatTemplate> chat_templates;  // written into tokenizer_config.json
   std::string generation_config_json;
 };
 

@@ -136,7 +136,9 @@ void read_eval_and_checkpoint(const sdk::ConfigValue& root, const Sections& c, T
 
   s.save_freq = at_least("checkpoint", "save_freq", c.checkpoint.get_int("save_freq", s.save_freq), 0);
   s.keep_last = at_least("checkpoint", "keep_last", c.checkpoint.get_int("keep_last", s.keep_last), 0);
-  s.chat_template_name = c.tokenizer.get_string("chat_template_name", s.chat_template_name);
+  s.chat_template = c.tokenizer.get_string("chat_template", s.chat_template);
+  if (const sdk::ConfigValue* kwargs = find_config_node(root, {"tokenizer", "chat_template_kwargs"}))
+    s.chat_template_kwargs = config_to_json_text(*kwargs);
 }
 
 }  // namespace

@@ -65,7 +65,8 @@ struct TrainerSettings {
   std::int64_t save_freq = 0;          // checkpoint.*
   std::int64_t keep_last = 2;
 
-  std::string chat_template_name = "chatml";  // tokenizer.chat_template_name
+  std::string chat_template = "auto";  // tokenizer.chat_template
+  std::string chat_template_kwargs = "{}";  // tokenizer.chat_template_kwargs, as JSON text
 };
 
 // Every train/rollout/eval/checkpoint key of a validated configuration, checked across keys

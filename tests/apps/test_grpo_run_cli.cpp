@@ -159,16 +159,23 @@ TEST_F(GrpoRunCli, TrainModeWritesEffectiveConfigAndLogThenNamesWhatIsMissing) {
 TEST_F(GrpoRunCli, ValidateChecksModelAndTokenizerFiles) {
   const std::string model = std::string(GRPO_SOURCE_DIR) + "/tests/fixtures/models/qwen3";
   write("tokenizer.json", grpo::core::make_byte_level_tokenizer_json());
-  write("ok.yaml", "model:\n  path: " + model + "\ntokenizer:\n  path: tokenizer.json\n  chat_template_name: chatml\n");
+  write("ok.yaml", "model:\n  path: " + model + "\ntokenizer:\n  path: tokenizer.json\n  chat_template: chatml\n");
   Result r = grpo_run("--validate --config ok.yaml", dir_);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, AllOf(HasSubstr("model: " + model + " (Qwen3ForCausalLM)"),
-                              HasSubstr("tokenizer: tokenizer.json (259 ids, chat template chatml)")));
+                              HasSubstr("tokenizer: tokenizer.json (259 ids, chat template chatml (built-in))")));
 
-  write("template.yaml", "tokenizer:\n  chat_template_name: chatlm\n");
-  r = grpo_run("--validate --config template.yaml", dir_);
+  write("template.yaml", "tokenizer:\n  chat_template: chatlm\n");
+  r = grpo_run("--validate --config ok.yaml --config template.yaml", dir_);
   EXPECT_EQ(r.exit_code, 3) << r.output;
-  EXPECT_THAT(r.output, AllOf(HasSubstr("template.yaml:2:23: tokenizer.chat_template_name"), HasSubstr("chatml")));
+  EXPECT_THAT(r.output, AllOf(HasSubstr("template.yaml:2:18: tokenizer.chat_template"), HasSubstr("did you mean 'chatml'")));
+
+  // A Jinja file with an unknown filter: the file, its line and the filter.
+  write("bad.jinja", "{% for m in messages %}\n{{ m.content | shout }}\n{% endfor %}");
+  write("jinja.yaml", "tokenizer:\n  chat_template: bad.jinja\n");
+  r = grpo_run("--validate --config ok.yaml --config jinja.yaml", dir_);
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("jinja.yaml:2:18: tokenizer.chat_template"), HasSubstr("bad.jinja:2: unknown filter 'shout'")));
 }
 
 TEST_F(GrpoRunCli, ValidateReportsABadModelConfigWithTheConfigKeyAndTheFile) {
@@ -208,7 +215,7 @@ class GrpoRunJob : public GrpoRunCli {
     write("tokenizer.json", grpo::core::make_byte_level_tokenizer_json());
     write("train.jsonl", "{\"prompt\": \"1+1\", \"ground_truth\": \"2\"}\n{\"prompt\": \"2+2\", \"ground_truth\": \"4\"}\n");
     write("run.yaml", "run: {output_dir: out}\nmodel: {path: " + std::string(GRPO_SOURCE_DIR) +
-                          "/tests/fixtures/models/qwen3}\ntokenizer: {path: tokenizer.json, chat_template_name: none}\n"
+                          "/tests/fixtures/models/qwen3}\ntokenizer: {path: tokenizer.json, chat_template: none}\n"
                           "verifiers: [exact_match]\ndata: {train: [train.jsonl]}\n"
                           "algorithm: {advantage: grpo, policy_loss: ppo_clip}\n"
                           "rollout: {num_unique_prompts: 2, num_samples_per_prompt: 2, max_prompt_tokens: 16, max_new_tokens: 8}\n"

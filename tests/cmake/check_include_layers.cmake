@@ -1,8 +1,8 @@
 # ctest: the include graph respects the layers of docs/architecture.md.
 #   cmake -DROOT=<source tree> -P check_include_layers.cmake
 # Rules (a quoted project include "core/<folder>/..." counts; <...> system includes do not):
-#   - the model library (core/{util,model,tokenizer}) includes nothing else of core/: the
-#     native backend plugin links it alone;
+#   - the model library (core/{util,model,tokenizer,jinja}) includes nothing else of core/: the
+#     native backend plugin links it alone; the Jinja engine (core/jinja) includes only core/util;
 #   - core/{util,config,plugin,model,tokenizer,data,algo,metrics} include nothing from
 #     core/{runtime,train,dist,app}: only the runtime and the trainer sit above them;
 #   - nothing in core/ includes apps/ or plugins/; the SDK includes nothing of core/, apps/,
@@ -31,10 +31,11 @@ function(check_folder folder forbidden_regex rule)
   set(checked ${checked} PARENT_SCOPE)
 endfunction()
 
-foreach(folder util model tokenizer)
+foreach(folder util model tokenizer jinja)
   check_folder("core/${folder}" "^(core/(config|plugin|data|algo|metrics|runtime|train|dist|app)/|apps/|plugins/)"
-               "the model library core/{util,model,tokenizer} includes only itself and the SDK")
+               "the model library core/{util,model,tokenizer,jinja} includes only itself and the SDK")
 endforeach()
+check_folder("core/jinja" "^core/(model|tokenizer)/" "the Jinja engine sits below the tokenizer and the model")
 foreach(folder config plugin data algo metrics)
   check_folder("core/${folder}" "^(core/(runtime|train|dist|app)/|apps/|plugins/)"
                "core/${folder} sits below core/{runtime,train,dist,app}")

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tests/support/error_of.h"
+#include "core/config/config_access.h"
 #include "core/config/config_loader.h"
 #include "core/config/schema.h"
 #include "core/config/yaml_loader.h"
@@ -575,3 +576,15 @@ TEST(ToYaml, EffectiveConfigWrittenAtomicallyAndReadBack) {
 }
 
 }  // namespace
+
+// Free-form maps (tokenizer.chat_template_kwargs) reach JSON with YAML 1.2's scalar types;
+// quoted scalars stay strings.
+TEST(ConfigToJson, ScalarsKeepTheirYamlTypes) {
+  const ConfigValue v = parse_yaml(
+      "kw:\n  enable_thinking: false\n  n: 3\n  x: -0.5\n  e: 1e3\n  none: ~\n  text: hello\n  quoted: \"false\"\n"
+      "  list: [1, 'a', true]\n  nested: {k: null}\n",
+      "cfg.yaml");
+  EXPECT_EQ(grpo::core::config_to_json_text(*v.find("kw")),
+            R"({"enable_thinking":false,"n":3,"x":-0.5,"e":1000.0,"none":null,"text":"hello","quoted":"false",)"
+            R"("list":[1,"a",true],"nested":{"k":null}})");
+}

@@ -47,8 +47,12 @@ std::string write_config(const std::string& dir) {
                       << "  num_unique_prompts: 8\n  num_samples_per_prompt: 8\n  max_new_tokens: 2\n"
                       << "  max_prompt_tokens: 8\n  temperature: 1.0\n  async_steps: 1\n"
                       << "  backend: {name: native, max_num_seqs: 64}\n"
+                      // adam_eps 1e-6: some gradients are zero but for rounding (the k_proj bias:
+                      // softmax ignores a shift shared by all keys), and AdamW with eps 1e-8 turns that
+                      // noise, which depends on the summation order and the CPU's kernels, into
+                      // lr-sized steps (4e-5 apart on an AVX2 EPYC); 1e-6 keeps them negligible.
                       << "train: {steps: 4, learning_rate: 1.0e-3, pack_length: 64, per_device_train_batch_size: 4,\n"
-                      << "        num_mini_batches: 2}\n"
+                      << "        num_mini_batches: 2, adam_eps: 1.0e-6}\n"
                       << "eval: {every: 2, max_prompts: 20}\n"
                       // A broken run (mismatched collectives) fails within this, not the 30-minute default.
                       << "dist: {timeout_s: 60}\n";

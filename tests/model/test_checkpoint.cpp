@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/model/checkpoint.h"
+#include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/tokenizer_files.h"
 #include "core/util/fs.h"
@@ -104,10 +105,12 @@ TEST(Checkpoint, TokenizerFilesAreWrittenAndLoadBack) {
   auto tokenizer = Tokenizer::from_json(make_byte_level_tokenizer_json());
   SaveOptions opts;
   opts.tokenizer = &tokenizer;
+  opts.chat_templates = std::vector<grpo::core::NamedChatTemplate>{{"default", grpo::core::chat_template_jinja("chatml")}};
   const std::string out = scratch("with-tokenizer");
   save_model(out, model, opts);
   auto config = json::parse(read_file(out + "/tokenizer_config.json"));
-  EXPECT_TRUE(config["chat_template"].is_string());
+  EXPECT_EQ(config["chat_template"], grpo::core::chat_template_jinja("chatml"));
+  EXPECT_EQ(Tokenizer::load(out).chat_template_source(), std::optional<std::string>(grpo::core::chat_template_jinja("chatml")));
   auto reloaded = Tokenizer::load(out);
   EXPECT_EQ(reloaded.encode("hello <|im_end|>"), tokenizer.encode("hello <|im_end|>"));
 }

@@ -1,9 +1,9 @@
 // Deterministic text corpus for the tokenizer parity test (and the tokenizer benchmark):
 // hand-picked edge cases plus generated strings mixing ASCII words, digits and long numbers,
 // whitespace runs, newlines/tabs, CJK, kana, Hangul, Cyrillic, Greek, Arabic, Devanagari,
-// accents (precomposed and combining), emoji (with skin tones and ZWJ), LaTeX, code, and the
-// Qwen special tokens. The same seed gives the same strings on every machine (own PRNG, no
-// std:: distributions). Code points come from blocks assigned long ago, so that differences in
+// accents (precomposed and combining), emoji (with skin tones and ZWJ), LaTeX, code, the Qwen,
+// Llama-2 and Gemma special tokens, byte-token look-alikes and the metaspace U+2581. The same
+// seed gives the same strings on every machine (own PRNG, no std:: distributions). Code points come from blocks assigned long ago, so that differences in
 // the Unicode version of PCRE2, utf8proc and Node's ICU cannot matter.
 #pragma once
 
@@ -101,6 +101,16 @@ inline std::vector<std::string> corpus_edge_cases() {
       std::string(150, '9'),
       "https://example.com/path?query=1&b=2#frag",
       "user@example.com",
+      // SentencePiece-style files (Llama-2, Gemma): their special tokens, text that looks like a
+      // byte-fallback token or holds the metaspace U+2581 itself, private-use characters (byte
+      // fallback, 3 and 4 bytes), runs of newlines/tabs/spaces longer than Gemma's added tokens.
+      "<s>Hello</s> <s> world</s><unk>",
+      "<pad><bos><eos><unk><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n",
+      "<0x41><0x0A> <0xff> <0x> <0x4G>",
+      "\xE2\x96\x81Hello \xE2\x96\x81\xE2\x96\x81world\xE2\x96\x81 \xE2\x96\x81",
+      " \xE2\x96\x81 leading space then metaspace",
+      "\xEE\x80\x80\xEF\xA3\xBF\xF3\xB0\x80\x80 private use",
+      std::string(35, '\n') + "x" + std::string(33, '\t') + "y" + std::string(40, ' ') + "z",
   };
 }
 

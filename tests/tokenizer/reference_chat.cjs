@@ -1,8 +1,16 @@
-// Renders chat templates with Hugging Face's Jinja implementation (@huggingface/jinja, installed
-// by scripts/fetch-reference-tokenizers.sh), the reference for tests/tokenizer/test_chat_template.
+// Reference renderer for chat templates: Hugging Face's JavaScript Jinja (@huggingface/jinja, installed by
+// scripts/fetch-reference-tokenizers.sh), the engine transformers.js uses for apply_chat_template.
+//
 //   node reference_chat.cjs NPM_PREFIX CASES_JSON OUT_JSON
-// CASES_JSON: [{"template": "...", "messages": [...], "add_generation_prompt": bool,
-//               "bos_token": "...", "eos_token": "..."}, ...]. OUT_JSON: the rendered strings.
+//
+// NPM_PREFIX: the folder whose node_modules holds @huggingface/jinja.
+// CASES_JSON: a JSON array of {"template": "<jinja source>", "context": {<every variable passed to render>}}.
+// OUT_JSON:   a JSON array with one entry per case, {"text": "<rendered>"} or {"error": "<message>"} when parsing or
+//             rendering threw; for raise_exception(msg) the message is exactly msg.
+//
+// Each case is rendered with `new Template(template).render(context)`; Template applies trim_blocks and
+// lstrip_blocks itself and registers raise_exception, strftime_now, range, namespace, true/false/none.
+// The context keeps the JSON key order, except that JavaScript objects put integer-like keys ("1", "42") first.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -15,13 +23,13 @@ if (!outPath) {
 }
 const req = createRequire(path.join(path.resolve(npmPrefix), "package.json"));
 const { Template } = req("@huggingface/jinja");
+
 const cases = JSON.parse(fs.readFileSync(casesPath, "utf8"));
-const out = cases.map((c) =>
-  new Template(c.template).render({
-    messages: c.messages,
-    add_generation_prompt: c.add_generation_prompt,
-    bos_token: c.bos_token,
-    eos_token: c.eos_token,
-  })
-);
+const out = cases.map((c) => {
+  try {
+    return { text: new Template(c.template).render(c.context || {}) };
+  } catch (err) {
+    return { error: err instanceof Error ? err.message : String(err) };
+  }
+});
 fs.writeFileSync(outPath, JSON.stringify(out));

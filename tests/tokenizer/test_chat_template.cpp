@@ -1,5 +1,6 @@
-// Chat templates: expected strings derived by hand from the Jinja sources quoted below (and
-// cross-checked once with Python jinja2 while developing; the tests do not need jinja2).
+// Chat templates: the built-in names, with expected strings derived by hand from the Jinja
+// sources quoted below, and ChatTemplate's resolution (auto, files, tool_use, errors). Parity
+// of the Jinja engine with jinja2 and @huggingface/jinja: test_jinja_parity.cpp.
 //
 // chatml (Qwen3's template restricted to text system/user/assistant turns, see docs/tokenizer.md):
 //   {%- for message in messages %}
@@ -19,6 +20,7 @@
 
 #include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/tokenizer_files.h"
 #include "tests/support/error_of.h"
 #include "tests/tokenizer/tokenizer_test_support.h"
 
@@ -107,80 +109,6 @@ TEST(ChatTemplate, MessagesFromJson) {
 }  // namespace
 }  // namespace grpo::testing
 
-// The renderers against the Jinja sources themselves, rendered by Hugging Face's Jinja
-// implementation in node (@huggingface/jinja): Qwen3's own template from its
-// tokenizer_config.json, and the sources we write into checkpoints.
-namespace grpo::testing {
-namespace {
-
-struct ChatCase {
-  std::vector<ChatMessage> messages;
-  bool add_generation_prompt;
-  bool ends_with_user;  // Qwen3's template adds <think> blocks after the last user turn
-};
-
-std::vector<ChatCase> chat_cases() {
-  const std::string spaced = "  Solve:\n x^2 = 4 \t\n";
-  return {
-      {{{"user", "What is 2+2?"}}, true, true},
-      {{{"system", "You are a careful math tutor."}, {"user", "Prove that sqrt(2) is irrational."}}, true, true},
-      {{{"system", "Answer in one word."}, {"user", "Capital of France?"}, {"assistant", "Paris"},
-        {"user", "And of Japan? 日本の首都"}},
-       true, true},
-      {{{"user", spaced}}, true, true},
-      {{{"user", "Explain \\frac{a}{b} in LaTeX 🙂"}}, false, true},
-      {{{"user", "hi"}, {"assistant", spaced}}, false, false},
-  };
-}
-
-std::vector<std::string> render_with_jinja(const std::string& tag, const std::vector<nlohmann::json>& cases) {
-  const std::string in = tmp_dir() + "/" + tag + "-chat-cases.json";
-  const std::string out = tmp_dir() + "/" + tag + "-chat-rendered.json";
-  std::ofstream(in, std::ios::binary) << nlohmann::json(cases).dump();
-  std::filesystem::remove(out);
-  const std::string cmd = "node '" + source_dir() + "/tests/tokenizer/reference_chat.cjs' '" + npm_prefix() + "' '" +
-                          in + "' '" + out + "'";
-  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("reference renderer failed: " + cmd);
-  std::ifstream f(out, std::ios::binary);
-  return nlohmann::json::parse(f).get<std::vector<std::string>>();
-}
-
-nlohmann::json case_json(const std::string& jinja, const ChatCase& c) {
-  nlohmann::json messages = nlohmann::json::array();
-  for (const auto& m : c.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
-  return {{"template", jinja},           {"messages", messages},         {"add_generation_prompt", c.add_generation_prompt},
-          {"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|eot_id|>"}};
-}
-
-TEST(ChatTemplateJinja, RenderersEqualTheJinjaTemplates) {
-  const std::string problem = reference_cache_problem();
-  ASSERT_TRUE(problem.empty()) << problem;
-  ASSERT_TRUE(std::filesystem::exists(npm_prefix() + "/node_modules/@huggingface/jinja/package.json"))
-      << "missing @huggingface/jinja — run scripts/fetch-reference-tokenizers.sh";
-  const auto qwen3 = Tokenizer::load(qwen3_dir());
-  ASSERT_TRUE(qwen3.chat_template_source().has_value());
-
-  std::vector<nlohmann::json> cases;
-  std::vector<std::pair<std::string, std::string>> expected;  // (what, our rendering)
-  for (const auto& c : chat_cases()) {
-    for (const std::string name : {"chatml", "llama3", "none"}) {
-      cases.push_back(case_json(grpo::core::chat_template_jinja(name), c));
-      expected.emplace_back(name + " source", render_chat(name, c.messages, c.add_generation_prompt));
-    }
-    if (c.ends_with_user) {
-      cases.push_back(case_json(*qwen3.chat_template_source(), c));
-      expected.emplace_back("Qwen3's own template", render_chat("chatml", c.messages, c.add_generation_prompt));
-    }
-  }
-  const auto rendered = render_with_jinja("templates", cases);
-  ASSERT_EQ(rendered.size(), expected.size());
-  for (std::size_t i = 0; i < rendered.size(); ++i)
-    EXPECT_EQ(expected[i].second, rendered[i]) << expected[i].first << ", case " << cases[i]["messages"].dump();
-}
-
-}  // namespace
-}  // namespace grpo::testing
-
 // The special tokens a template is said to write are the ones it writes (a front end checks
 // them against the tokenizer).
 TEST(ChatTemplate, SpecialTokensListMatchesTheRendering) {
@@ -198,3 +126,122 @@ TEST(ChatTemplate, SpecialTokensListMatchesTheRendering) {
   EXPECT_TRUE(chat_template_special_tokens("none").empty());
   EXPECT_THROW(chat_template_special_tokens("chatm"), TokenizerError);
 }
+
+// ChatTemplate::resolve: which template, which variables, which errors. Expected strings are
+// written by hand from the small templates in each test.
+namespace grpo::testing {
+namespace {
+
+using grpo::core::ChatRenderOptions;
+using grpo::core::ChatTemplate;
+
+// A tokenizer folder: the demo tokenizer.json, `config` as tokenizer_config.json and, when
+// given, `jinja` as chat_template.jinja.
+std::string tokenizer_folder(const std::string& name, const std::string& config, const std::string& jinja = "") {
+  const std::string dir = tmp_dir() + "/resolve-" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/tokenizer.json") << grpo::core::make_byte_level_tokenizer_json();
+  std::ofstream(dir + "/tokenizer_config.json") << config;
+  if (!jinja.empty()) std::ofstream(dir + "/chat_template.jinja") << jinja;
+  return dir;
+}
+
+TEST(ChatTemplateResolve, AutoRendersTheTokenizersTemplateWithItsSpecialTokens) {
+  const std::string dir = tokenizer_folder(
+      "auto", R"({"bos_token": {"content": "<|endoftext|>", "lstrip": false}, "eos_token": "<|im_end|>",
+                  "unk_token": "<unk>", "additional_special_tokens": ["<a>", "<b>"],
+                  "chat_template": "{{ bos_token }}|{{ eos_token }}|{{ unk_token }}|{{ additional_special_tokens|join(',') }}|{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}{% if add_generation_prompt %}GO{% endif %}"})");
+  const Tokenizer tok = Tokenizer::load(dir);
+  const ChatTemplate t = ChatTemplate::resolve("auto", tok);
+  EXPECT_FALSE(t.fell_back());
+  EXPECT_EQ(t.origin(), dir + "/tokenizer_config.json: chat_template");
+  EXPECT_EQ(t.render({{"user", "hi", ""}}), "<|endoftext|>|<|im_end|>|<unk>|<a>,<b>|user:hi;GO");
+  ChatRenderOptions no_prompt;
+  no_prompt.add_generation_prompt = false;
+  EXPECT_EQ(t.render({{"user", "hi", ""}, {"assistant", "yo", ""}}, no_prompt),
+            "<|endoftext|>|<|im_end|>|<unk>|<a>,<b>|user:hi;assistant:yo;");
+  // Variables win over the special tokens (transformers: {**special_tokens_map, **kwargs}).
+  ChatRenderOptions vars;
+  vars.variables = {{"bos_token", "B"}, {"unk_token", nullptr}};
+  EXPECT_EQ(t.render({}, vars), "B|<|im_end|>|None|<a>,<b>|GO");
+}
+
+TEST(ChatTemplateResolve, ChatTemplateJinjaWinsOverTokenizerConfig) {
+  const std::string dir = tokenizer_folder("jinja-file", R"({"chat_template": "from config"})", "from file {{ messages|length }}\n");
+  const ChatTemplate t = ChatTemplate::resolve("auto", Tokenizer::load(dir));
+  EXPECT_EQ(t.origin(), dir + "/chat_template.jinja");
+  EXPECT_EQ(t.render({{"user", "a", ""}, {"user", "b", ""}}), "from file 2");  // the trailing newline is dropped
+  ASSERT_EQ(t.sources().size(), 1u);
+  EXPECT_EQ(t.sources()[0].source, "from file {{ messages|length }}\n");
+}
+
+TEST(ChatTemplateResolve, ToolUseTemplateIsPickedWhenToolsArePassed) {
+  const std::string dir = tokenizer_folder(
+      "tool-use", R"({"chat_template": [{"name": "default", "template": "D{{ tools is none }}"},
+                                        {"name": "tool_use", "template": "T{{ tools|length }}{{ tools[0].function.name }}"}]})");
+  const ChatTemplate t = ChatTemplate::resolve("auto", Tokenizer::load(dir));
+  EXPECT_EQ(t.render({}), "DTrue");  // tools is passed as None, as transformers does
+  ChatRenderOptions with_tools;
+  with_tools.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather"}}])");
+  EXPECT_EQ(t.render({}, with_tools), "T1get_weather");
+  EXPECT_EQ(t.sources().size(), 2u);
+}
+
+TEST(ChatTemplateResolve, MessageFieldsBesidesContentReachTheTemplate) {
+  const ChatTemplate t = ChatTemplate::from_source(
+      "{% for m in messages %}{{ m.role }}{% if m.tool_calls %}[{{ m.tool_calls[0].function.name }}({{ "
+      "m.tool_calls[0].function.arguments|tojson }})]{% endif %}{% if m.content is none %}<none>{% else %}{{ m.content }}{% endif %};{% endfor %}",
+      "t.jinja");
+  const auto messages = grpo::core::chat_messages_from_json(
+      R"([{"role": "assistant", "content": null, "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"b": 1, "a": "é"}}}]},
+          {"role": "tool", "content": "42", "tool_call_id": "c1"}])");
+  ASSERT_EQ(messages.size(), 2u);
+  EXPECT_EQ(t.render(messages), R"(assistant[f({"b": 1, "a": "é"})]<none>;tool42;)");
+}
+
+TEST(ChatTemplateResolve, AutoWithoutATemplateFallsBackToChatml) {
+  const Tokenizer demo = Tokenizer::from_json(grpo::core::make_byte_level_tokenizer_json());
+  const ChatTemplate t = ChatTemplate::resolve("auto", demo);
+  EXPECT_TRUE(t.fell_back());
+  EXPECT_EQ(t.render({{"user", "hi", ""}}), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  // ... unless the tokenizer lacks chatml's tokens.
+  const Tokenizer bare = Tokenizer::from_json(grpo::core::make_byte_level_tokenizer_json({}));
+  EXPECT_NE(error_of<TokenizerError>([&] { ChatTemplate::resolve("auto", bare); })
+                .find("auto: the tokenizer has no chat template (no chat_template.jinja, no chat_template in "
+                      "tokenizer_config.json), and the chat template 'chatml' writes <|im_start|>, <|im_end|>"),
+            std::string::npos);
+}
+
+TEST(ChatTemplateResolve, ErrorsNameTheFileAndLine) {
+  const Tokenizer demo = Tokenizer::from_json(grpo::core::make_byte_level_tokenizer_json());
+  const std::string dir = tmp_dir() + "/resolve-errors";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/syntax.jinja") << "line 1\n{% for m in messages %}\n{{ m.content | frobnicate }}\n{% endfor %}\n";
+  EXPECT_NE(error_of<TokenizerError>([&] { ChatTemplate::resolve(dir + "/syntax.jinja", demo); })
+                .find(dir + "/syntax.jinja:3: unknown filter 'frobnicate'"),
+            std::string::npos);
+  std::ofstream(dir + "/unclosed.jinja") << "{% if true %}\nx\n";
+  EXPECT_NE(error_of<TokenizerError>([&] { ChatTemplate::resolve(dir + "/unclosed.jinja", demo); })
+                .find("expected '{% endif %}'"),
+            std::string::npos);
+  std::ofstream(dir + "/raises.jinja")
+      << "{% if messages[0].role != 'system' %}\n{{ raise_exception('Conversations must start with a system message.') }}\n{% endif %}";
+  const ChatTemplate raises = ChatTemplate::resolve(dir + "/raises.jinja", demo);
+  EXPECT_EQ(raises.render({{"system", "s", ""}}), "");
+  EXPECT_EQ(error_of<TokenizerError>([&] { raises.render({{"user", "u", ""}}); }),
+            "the chat template raised an error: Conversations must start with a system message. (" + dir +
+                "/raises.jinja:2)");
+  std::ofstream(dir + "/include.jinja") << "a\n\n{% include 'other.jinja' %}";
+  EXPECT_NE(error_of<TokenizerError>([&] { ChatTemplate::resolve(dir + "/include.jinja", demo); })
+                .find("include.jinja:3: '{% include %}' is not supported in chat templates"),
+            std::string::npos);
+  EXPECT_NE(error_of<TokenizerError>([&] { ChatTemplate::resolve(dir + "/missing.jinja", demo); })
+                .find("chat template file '" + dir + "/missing.jinja' does not exist"),
+            std::string::npos);
+  EXPECT_NE(error_of<TokenizerError>([&] { ChatTemplate::resolve("chatlm", demo); }).find("did you mean 'chatml'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace grpo::testing

@@ -36,10 +36,22 @@ TEST(TokenizerErrors, DeepNestingAndOddConfigValuesAreErrorsNotCrashes) {
   text.insert(text.size() - 1, ",\"x\":" + std::string(200000, '[') + std::string(200000, ']'));
   expect_contains(error_of<TokenizerError>([&] { Tokenizer::from_json(text, "tok/tokenizer.json"); }),
                   "tok/tokenizer.json: JSON nested deeper than 64 levels");
-  // A chat_template list entry whose name is not a string.
-  Tokenizer t = Tokenizer::from_json(base().dump(), "tok/tokenizer.json", R"({"chat_template": [{"name": 5}]})",
-                                     "tok/tokenizer_config.json");
-  EXPECT_FALSE(t.chat_template_source().has_value());
+  // A chat_template list entry whose name is not a string, or that has no template.
+  expect_contains(error_of<TokenizerError>([] {
+                    Tokenizer::from_json(base().dump(), "tok/tokenizer.json",
+                                         R"({"chat_template": [{"name": 5, "template": "x"}]})", "tok/tokenizer_config.json");
+                  }),
+                  "tok/tokenizer_config.json: chat_template[0].name: expected a string, got number");
+  expect_contains(error_of<TokenizerError>([] {
+                    Tokenizer::from_json(base().dump(), "tok/tokenizer.json", R"({"chat_template": [{"name": "default"}]})",
+                                         "tok/tokenizer_config.json");
+                  }),
+                  "tok/tokenizer_config.json: chat_template[0].template: missing");
+  expect_contains(error_of<TokenizerError>([] {
+                    Tokenizer::from_json(base().dump(), "tok/tokenizer.json", R"({"chat_template": 3})",
+                                         "tok/tokenizer_config.json");
+                  }),
+                  "tok/tokenizer_config.json: chat_template: expected a string or a list");
 }
 
 TEST(TokenizerErrors, WrongTypes) {

@@ -576,14 +576,15 @@ TEST(DataSampler, NoRowsIsInvalid) { EXPECT_THROW(PromptSampler(0, 1, true), std
 TEST(DataRenderPrompt, ChatmlAndPlainText) {
   Example chat;
   chat.messages = {{"system", "Be brief."}, {"user", "What is 2+2?"}};
-  EXPECT_EQ(grpo::core::render_prompt(chat, "chatml"),
+  const auto chatml = grpo::core::ChatTemplate::builtin("chatml");
+  EXPECT_EQ(grpo::core::render_prompt(chat, chatml),
             "<|im_start|>system\nBe brief.<|im_end|>\n"
             "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
             "<|im_start|>assistant\n");
 
   Example text;
   text.text = "Question: 2+2?\nAnswer:";
-  EXPECT_EQ(grpo::core::render_prompt(text, "chatml"), "Question: 2+2?\nAnswer:");
+  EXPECT_EQ(grpo::core::render_prompt(text, chatml), "Question: 2+2?\nAnswer:");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -70,7 +71,7 @@ TEST(TrainerRolloutSeeds, MixSeedIsStable) {
 TEST(TrainerRolloutPrompts, LongPromptsAreDroppedAndTheRestTokenized) {
   TrainerSettings s;
   s.max_prompt_tokens = 3;
-  s.chat_template_name = "none";
+  s.chat_template = "none";
   const PromptSet p = tokenize_prompts({row("abc", 1), row("abcd", 2), row("xy", 3)}, byte_tokenizer(), s, "training");
   ASSERT_EQ(p.examples.size(), 2u);  // "abcd" is 4 byte tokens
   EXPECT_EQ(p.examples[0].line, 1u);
@@ -89,7 +90,7 @@ TEST(TrainerRolloutWorker, VersionsSeedsAndZeroStdFiltering) {
   s.group_size = 2;
   s.async_steps = 1;
   s.max_prompt_tokens = 8;
-  s.chat_template_name = "none";
+  s.chat_template = "none";
   const PromptSet prompts = tokenize_prompts({row("p0", 1), row("p1", 2), row("same", 3)}, byte_tokenizer(), s, "training");
   ScriptedBackend backend;
   const std::vector<VerifierSlot> verifiers{{"yes", "verifiers[0]", 1.0, std::make_shared<YesVerifier>()}};
@@ -160,7 +161,7 @@ TEST(TrainerRolloutWorker, AFailedRequestIsRethrownByNext) {
   TrainerSettings s;
   s.num_prompts = 1;
   s.group_size = 1;
-  s.chat_template_name = "none";
+  s.chat_template = "none";
   const PromptSet prompts = tokenize_prompts({row("p0", 4)}, byte_tokenizer(), s, "training");
   const std::vector<VerifierSlot> verifiers{{"yes", "verifiers[0]", 1.0, std::make_shared<YesVerifier>()}};
   VerifierPool pool(1, 30.0);
@@ -202,6 +203,32 @@ TEST(WeightSnapshot, CopiesInTheModelsDtypeOrTheAskedOne) {
     EXPECT_TRUE((bf16[i].second.to(torch::kFloat32) - live).abs().le(live.abs() * std::ldexp(1.0, -8)).all().item<bool>())
         << params[i].key();
   }
+}
+
+}  // namespace
+
+namespace {
+
+using namespace grpo::core;
+using namespace grpo::testing;
+
+// A chat row renders through tokenizer.chat_template (a Jinja file here) with
+// tokenizer.chat_template_kwargs as template variables.
+TEST(TrainerRolloutPrompts, ChatRowsRenderWithTheTemplateFileAndItsVariables) {
+  const std::string path = ::testing::TempDir() + "/kwargs-template.jinja";
+  std::ofstream(path) << "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                         "{% if enable_thinking is defined and not enable_thinking %}/no_think{% endif %}";
+  Example chat = row("", 1);
+  chat.messages = {{"system", "S", ""}, {"user", "2+2?", ""}};
+  TrainerSettings s;
+  s.max_prompt_tokens = 100;
+  s.chat_template = path;
+  PromptSet p = tokenize_prompts({chat}, byte_tokenizer(), s, "training");
+  ASSERT_EQ(p.texts.size(), 1u);
+  EXPECT_EQ(p.texts[0], "[system] S\n[user] 2+2?\n");
+  s.chat_template_kwargs = R"({"enable_thinking": false})";
+  p = tokenize_prompts({chat}, byte_tokenizer(), s, "training");
+  EXPECT_EQ(p.texts[0], "[system] S\n[user] 2+2?\n/no_think");
 }
 
 }  // namespace

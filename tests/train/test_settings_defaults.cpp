@@ -109,7 +109,7 @@ TEST(SettingsDefaults, TrainerSettingsEqualTheSchema) {
   EXPECT_DEFAULT(read, def, eval_max_prompts, "eval.max_prompts");
   EXPECT_DEFAULT(read, def, save_freq, "checkpoint.save_freq");
   EXPECT_DEFAULT(read, def, keep_last, "checkpoint.keep_last");
-  EXPECT_DEFAULT(read, def, chat_template_name, "tokenizer.chat_template_name");
+  EXPECT_DEFAULT(read, def, chat_template, "tokenizer.chat_template");
   expect_optimizer_defaults(read.optimizer, "TrainerSettings::optimizer");
 
   const UpdateOptions& u = read.update;
@@ -184,7 +184,7 @@ TEST(SettingsDefaults, SftSettingsEqualTheSchema) {
   EXPECT_DEFAULT(read, def, logprob_chunk_tokens, "train.logprob_chunk_tokens");
   EXPECT_DEFAULT(read, def, save_freq, "checkpoint.save_freq");
   EXPECT_DEFAULT(read, def, keep_last, "checkpoint.keep_last");
-  EXPECT_DEFAULT(read, def, chat_template_name, "tokenizer.chat_template_name");
+  EXPECT_DEFAULT(read, def, chat_template, "tokenizer.chat_template");
   expect_optimizer_defaults(read.optimizer, "SftSettings::optimizer");
   expect_data_defaults(read.data, def.data);
   // Intentionally different from DataOptions{}: grpo-sft trains on completions and needs no

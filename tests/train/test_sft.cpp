@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/model/checkpoint.h"
+#include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/tokenizer_files.h"
 #include "tests/support/metrics_jsonl.h"
@@ -38,7 +39,7 @@ std::string write_model_folder(const std::string& dir) {
     "eos_token_id": 256, "torch_dtype": "float32"})";
   const auto tokenizer = grpo::core::Tokenizer::from_json(grpo::core::make_byte_level_tokenizer_json());
   grpo::core::TokenizerFilesOptions options;
-  options.chat_template_name = "none";
+  options.chat_templates = std::vector<grpo::core::NamedChatTemplate>{{"default", grpo::core::chat_template_jinja("none")}};
   grpo::core::write_tokenizer_files(m, tokenizer, options);
   return m;
 }
@@ -56,7 +57,7 @@ std::string write_rows(const std::string& dir) {
 std::string sft_command(const std::string& dir, const std::string& model, const std::string& data,
                         const std::string& extra) {
   return std::string(GRPO_SFT_BINARY) + " --set run.output_dir=" + dir + "/run --set model.path=" + model +
-         " --set tokenizer.chat_template_name=none --set data.train=[" + data +
+         " --set tokenizer.chat_template=none --set data.train=[" + data +
          "] --set sft.init=random --set run.seed=5 --set data.shuffle=false --set train.pack_length=32"
          " --set train.per_device_train_batch_size=2 " + extra + " 2>&1";
 }
@@ -171,7 +172,7 @@ TEST(Sft, LearnsAndItsRunDirectoryIsAModelPathForGrpoRun) {
 
   // grpo-run takes the run directory as model.path: its newest checkpoint.
   const auto v = run_command(std::string(GRPO_RUN_BINARY) + " --validate --set model.path=" + dir +
-                             "/run --set tokenizer.chat_template_name=none 2>&1");
+                             "/run --set tokenizer.chat_template=none 2>&1");
   ASSERT_EQ(v.exit_code, 0) << v.output;
   EXPECT_NE(v.output.find("model: " + ckpt + " (Qwen2ForCausalLM)"), std::string::npos) << v.output;
 }

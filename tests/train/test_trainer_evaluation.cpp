@@ -25,7 +25,7 @@ TEST(TrainerEvaluation, PassAtKAndMetricsOfAHandScoredSplit) {
   s.eval_num_samples = 4;
   s.eval_pass_k = 2;
   s.eval_temperature = 0.0;
-  s.chat_template_name = "none";
+  s.chat_template = "none";
   const PromptSet eval = tokenize_prompts({row("p0", 1), row("same", 2)}, byte_tokenizer(), s, "eval");
   ScriptedBackend backend;
   const std::vector<VerifierSlot> verifiers{{"yes", "verifiers[0]", 1.0, std::make_shared<YesVerifier>()}};
@@ -69,7 +69,7 @@ TEST(TrainerEvaluation, EvalSplitIsFilteredThenCut) {
                          "{\"prompt\": \"cd\", \"ground_truth\": \"c\"}\n"
                          "{\"prompt\": \"ef\", \"ground_truth\": \"d\"}\n";
   const grpo::sdk::ConfigValue config = load_config(ConfigSources{
-      {}, {"data.eval=[" + file + "]", "rollout.max_prompt_tokens=4", "eval.max_prompts=2", "tokenizer.chat_template_name=none",
+      {}, {"data.eval=[" + file + "]", "rollout.max_prompt_tokens=4", "eval.max_prompts=2", "tokenizer.chat_template=none",
            "data.shuffle=false"}});
   const TrainingJobSettings job = training_job_settings(config);
   const PromptSet eval = load_eval_prompts(config, job.data, byte_tokenizer(), job.trainer);
@@ -83,7 +83,7 @@ TEST(TrainerEvaluation, EvalSplitIsFilteredThenCut) {
 
   // Every row too long: an error at data.eval.
   const grpo::sdk::ConfigValue tight =
-      load_config(ConfigSources{{}, {"data.eval=[" + file + "]", "rollout.max_prompt_tokens=1", "tokenizer.chat_template_name=none"}});
+      load_config(ConfigSources{{}, {"data.eval=[" + file + "]", "rollout.max_prompt_tokens=1", "tokenizer.chat_template=none"}});
   const TrainingJobSettings tight_job = training_job_settings(tight);
   const std::string msg = error_of([&] { load_eval_prompts(tight, tight_job.data, byte_tokenizer(), tight_job.trainer); });
   EXPECT_NE(msg.find("data.eval: no eval rows left after filtering"), std::string::npos) << msg;

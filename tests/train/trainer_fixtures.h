@@ -18,6 +18,7 @@
 
 #include "core/model/checkpoint.h"
 #include "core/model/logprobs.h"
+#include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/tokenizer_files.h"
 
@@ -83,7 +84,7 @@ inline std::string digit_task_config_head(const std::string& task_dir, const std
                                           bool with_eval, const std::string& run_dir = "") {
   std::string yaml = run_dir.empty() ? "run: {seed: 1}\n" : "run: {output_dir: " + run_dir + ", seed: 1}\n";
   yaml += "model: {path: " + model_dir + "}\n";
-  yaml += "tokenizer: {chat_template_name: none}\n";
+  yaml += "tokenizer: {chat_template: none}\n";
   yaml += "plugins: {paths: [" + plugin_dir + "]}\n";
   yaml += "verifiers: [exact_match]\n";
   yaml += "data: {train: [" + task_dir + "/train.jsonl]" + (with_eval ? ", eval: [" + task_dir + "/eval.jsonl]" : std::string()) + "}\n";
@@ -136,7 +137,7 @@ inline void make_digit_task_model(const std::string& dir, std::uint64_t seed, in
   }
   SaveOptions options;
   options.tokenizer = &tokenizer;
-  options.chat_template_name = "none";
+  options.chat_templates = std::vector<grpo::core::NamedChatTemplate>{{"default", grpo::core::chat_template_jinja("none")}};
   save_model(dir, model, options);
 }
 

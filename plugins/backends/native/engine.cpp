@@ -190,12 +190,17 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
     if (tokenizer_) {
       const std::size_t before = s.bytes.size();
       // Ids the model has but the tokenizer does not (padded vocabularies) decode to nothing,
-      // as in Hugging Face tokenizers.
+      // as in Hugging Face tokenizers. The text grows by what the new token adds to the
+      // sequence's decode (SentencePiece decoders are not per-token).
       if (token < tokenizer_->vocab_size()) {
         try {
           core::DecodeOptions skip;
           skip.skip_special_tokens = true;
-          s.bytes += tokenizer_->decode_bytes({static_cast<int>(token)}, skip);
+          std::vector<int> tail;
+          const auto& ids = s.out.token_ids;
+          for (std::size_t i = ids.size() > 8 ? ids.size() - 8 : 0; i < ids.size(); ++i)
+            tail.push_back(static_cast<int>(ids[i]));
+          s.bytes += core::decode_bytes_appended(*tokenizer_, tail, skip);
         } catch (const core::TokenizerError&) {
         }
       }
