@@ -56,6 +56,7 @@ LoadedPolicy sft_policy(const PolicySpec& spec, bool random_init) {
   PolicyFiles files = check_policy_files(spec);
   LoadedPolicy policy;
   policy.tokenizer = std::move(files.tokenizer);
+  policy.chat_template = std::move(files.chat_template);
   policy.model.config = files.model_config;
   policy.model.model = CausalLM(files.model_config);
   policy.model.model->to(spec.device, dtype_from_name(spec.dtype, "model.dtype"));

@@ -61,10 +61,8 @@ class Lexer {
       const char sign = start + 2 < src_.size() ? src_[start + 2] : '\0';
       if (sign == '-') {
         text = rstrip_space(text);
-      } else if (sign != '+' && kind != '{') {  // lstrip_blocks
-        const std::size_t nl = text.rfind('\n');
-        const std::size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
-        if ((l_pos > 0 || line_starting) && l_pos < text.size() && all_space(text, l_pos)) text.erase(l_pos);
+      } else if (sign != '+' && kind != '{') {
+        lstrip_block(text, line_starting);
       }
       emit_text(text, pos_);
       advance_to(start);
@@ -97,6 +95,14 @@ class Lexer {
       i += len;
     }
     return true;
+  }
+
+  // lstrip_blocks: the spaces between the last newline (or a line start) and a block or
+  // comment tag go.
+  void lstrip_block(std::string& text, bool line_starting) const {
+    const std::size_t nl = text.rfind('\n');
+    const std::size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
+    if ((l_pos > 0 || line_starting) && l_pos < text.size() && all_space(text, l_pos)) text.erase(l_pos);
   }
 
   void advance_to(std::size_t p) {
@@ -182,9 +188,7 @@ class Lexer {
       if (lsign == '-') {
         text = rstrip_space(text);
       } else if (lsign != '+') {
-        const std::size_t nl = text.rfind('\n');
-        const std::size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
-        if (l_pos > 0 && l_pos < text.size() && all_space(text, l_pos)) text.erase(l_pos);
+        lstrip_block(text, /*line_starting=*/false);
       }
       emit_text(text, pos_);
       advance_to(open);

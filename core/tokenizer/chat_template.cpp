@@ -1,5 +1,6 @@
 #include "core/tokenizer/chat_template.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -181,31 +182,19 @@ std::optional<std::string> chat_template_spec_problem(const std::string& spec) {
 
 std::string ChatTemplate::render_json(const ojson& messages, const ChatRenderOptions& options) const {
   // transformers: the "tool_use" template when tools are given and there is one, else "default".
-  std::size_t pick = 0;
-  bool found = false;
   const bool has_tools = !options.tools.is_null();
-  for (std::size_t i = 0; i < sources_.size(); ++i) {
-    if (has_tools && sources_[i].name == "tool_use") {
-      pick = i;
-      found = true;
-      break;
-    }
-  }
-  if (!found) {
-    found = false;
-    for (std::size_t i = 0; i < sources_.size(); ++i)
-      if (sources_[i].name == "default") {
-        pick = i;
-        found = true;
-        break;
-      }
-  }
-  if (!found) {
+  auto named = [&](const char* name) {
+    return std::find_if(sources_.begin(), sources_.end(), [&](const NamedChatTemplate& t) { return t.name == name; });
+  };
+  auto chosen = has_tools ? named("tool_use") : sources_.end();
+  if (chosen == sources_.end()) chosen = named("default");
+  if (chosen == sources_.end()) {
     std::vector<std::string> names;
     for (const auto& s : sources_) names.push_back(s.name);
     throw TokenizerError(origin_ + ": no chat template named 'default'" +
                          std::string(has_tools ? " or 'tool_use'" : "") + " (the file has: " + join(names, ", ") + ")");
   }
+  const std::size_t pick = static_cast<std::size_t>(chosen - sources_.begin());
   // transformers' render_jinja_template: messages, tools, documents, add_generation_prompt,
   // then the special tokens, then the caller's variables (which win).
   auto context = std::make_shared<jinja::Dict>();

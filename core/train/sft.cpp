@@ -239,7 +239,7 @@ void run_sft(const SftSettings& s, const sdk::ConfigValue& config, LoadedPolicy&
   contents.policy = &model;
   contents.optimizer = optimizer.get();
   contents.tokenizer = &*policy.tokenizer;
-  contents.chat_templates = ChatTemplate::resolve(s.chat_template, *policy.tokenizer).sources();
+  contents.chat_templates = policy.chat_template->sources();  // resolved once, by load_policy
   contents.generation_config_json = policy.model.generation_config_json;
   const bool resumed = s.resume && resume_from_checkpoint(config, s.run_dir, s.seed, s.resume_from, contents, state);
   if (resumed && state.step >= s.steps) {

@@ -167,7 +167,7 @@ void Trainer::resume_or_start() {
   contents_.optimizer = optimizer_.get();
   contents_.reference = (reference_ && s_.ref_update_freq > 0) ? &reference_ : nullptr;
   contents_.tokenizer = &*policy_.tokenizer;
-  contents_.chat_templates = ChatTemplate::resolve(s_.chat_template, *policy_.tokenizer).sources();
+  contents_.chat_templates = policy_.chat_template->sources();  // resolved once, by load_policy
   contents_.generation_config_json = policy_.model.generation_config_json;
   resumed_ = s_.resume && resume_from_checkpoint(config_, s_.run_dir, s_.seed, s_.resume_from, contents_, state_);
   main_rank_ = !dist_ || dist_->is_main();
