@@ -1,8 +1,9 @@
 # The README's commands. `make demo` installs dependencies, configures, builds the programs
 # the quickstart needs and runs it (docs/quickstart.md); `make test` installs dependencies,
 # configures, builds and runs every test. Variables: BUILD_DIR, BUILD_TYPE, JOBS, CMAKE_ARGS;
-# for the demo also ALGO (a preset of configs/algorithms/, default grpo) and ARGS (options
-# for grpo-run, e.g. ARGS="--set train.steps=80").
+# for the demo also ALGO (a preset of configs/algorithms/, default grpo), ARGS (options
+# for grpo-run, e.g. ARGS="--set train.steps=80") and LORA=1 (GRPO trains LoRA adapters:
+# configs/quickstart-lora.yaml, docs/lora.md).
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
@@ -26,9 +27,10 @@ test: build
 
 ALGO ?= grpo
 ARGS ?=
+LORA ?=
 demo: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target demo-programs
-	./scripts/demo.sh $(BUILD_DIR) $(ALGO) $(ARGS)
+	LORA=$(LORA) ./scripts/demo.sh $(BUILD_DIR) $(ALGO) $(ARGS)
 
 # Benchmarks (not part of `make test`): each prints `name: value` headline lines.
 bench: build

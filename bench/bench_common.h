@@ -2,10 +2,12 @@
 // Header-only; each bench is one program (`grpo_bench_*`), so these stay out of the libraries.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -51,6 +53,40 @@ inline std::vector<std::string> split(const std::string& s) {
 
 // Qwen2.5-0.5B's config.json (bench/configs/qwen2.5-0.5b/), the real-scale shape the precision
 // and rollout benches run with random weights.
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// /proc/cpuinfo's model name: every benchmark figure says which CPU it came from.
+inline std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) break;
+    auto name = line.substr(colon + 1);
+    name.erase(0, name.find_first_not_of(" \t"));
+    return name;
+  }
+  return "unknown";
+}
+
+// Peak resident memory (VmHWM) in MiB, and its reset (Linux >= 4.0; harmless elsewhere).
+inline double peak_rss_mib() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
+  return 0.0;
+}
+
+inline void reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+}
+
 inline std::string qwen05b_config_path() { return std::string(GRPO_BENCH_CONFIG_DIR) + "/qwen2.5-0.5b/config.json"; }
 
 }  // namespace grpo::bench

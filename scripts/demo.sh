@@ -8,6 +8,10 @@
 #
 # ALGO names a preset of configs/algorithms/ (default grpo); the --set options go to grpo-run.
 # Run directories: runs/quickstart-data, runs/quickstart-sft, runs/quickstart-ALGO.
+# LORA=1 in the environment (`make demo LORA=1`): GRPO trains rank-16 LoRA adapters
+# (configs/quickstart-lora.yaml, docs/lora.md) in runs/quickstart-ALGO-lora, and the last
+# adapter is merged with grpo-export --merge into runs/quickstart-ALGO-lora/merged, which is
+# what step 4 evaluates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +28,14 @@ bin=$build/bin
 data=runs/quickstart-data
 sft_dir=runs/quickstart-sft
 run_dir=runs/quickstart-$algo
+lora_config=()
+if [ "${LORA:-}" = 1 ]; then
+  run_dir=runs/quickstart-$algo-lora
+  lora_config=(--config configs/quickstart-lora.yaml)
+elif [ -n "${LORA:-}" ] && [ "${LORA}" != 0 ]; then
+  echo "demo: LORA is '$LORA' (expected 1, or 0 / unset for full fine-tuning)" >&2
+  exit 2
+fi
 start=$(date +%s)
 
 echo "== 1/4 data: grpo-data arithmetic --output $data"
@@ -33,13 +45,19 @@ echo "== 2/4 sft: grpo-sft --config configs/quickstart-sft.yaml"
 rm -rf "$sft_dir"
 "$bin/grpo-sft" --config configs/quickstart-sft.yaml
 
-echo "== 3/4 grpo: grpo-run --config configs/quickstart.yaml --config $preset $*"
+echo "== 3/4 grpo: grpo-run --config configs/quickstart.yaml --config $preset ${lora_config[*]} $*"
 rm -rf "$run_dir"
-"$bin/grpo-run" --config configs/quickstart.yaml --config "$preset" --set "run.output_dir=$run_dir" "$@"
+"$bin/grpo-run" --config configs/quickstart.yaml --config "$preset" "${lora_config[@]}" --set "run.output_dir=$run_dir" "$@"
+eval_model=$run_dir
+if [ ${#lora_config[@]} -gt 0 ]; then
+  echo "== 3b/4 merge: grpo-export --merge $run_dir --output $run_dir/merged"
+  "$bin/grpo-export" --merge "$run_dir" --output "$run_dir/merged"
+  eval_model=$run_dir/merged
+fi
 
 echo "== 4/4 eval: the SFT and the final checkpoint, greedy, on the same held-out problems"
 "$bin/grpo-eval" --config configs/quickstart.yaml --log-level warn \
-  --model "$sft_dir" --label "before (SFT)" --model "$run_dir" --label "after ($algo)" \
+  --model "$sft_dir" --label "before (SFT)" --model "$eval_model" --label "after ($algo${lora_config:+, LoRA})" \
   --output "$run_dir/demo_eval.json" --samples "$run_dir/demo_eval_samples.jsonl"
 
 python3 - "$run_dir/demo_eval.json" "$(( $(date +%s) - start ))" "$run_dir" <<'PY'

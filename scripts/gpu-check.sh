@@ -2,7 +2,7 @@
 # GPU check: what a machine without a GPU cannot test. Needs an NVIDIA GPU and driver, the CUDA
 # toolkit (nvcc), and a PyTorch with CUDA whose LibTorch uses the C++11 ABI (PyTorch >= 2.7
 # wheels, or see the configure error for older ones), plus transformers for the parity step:
-#   pip install torch transformers
+#   pip install torch transformers peft
 #
 #   1. prints the GPUs (nvidia-smi -L) and the versions of torch, CUDA and transformers;
 #   2. configures BUILD_DIR with -DGRPO_WITH_CUDA=ON against PyTorch's LibTorch
@@ -11,7 +11,9 @@
 #   3. runs the GPU tests (ctest -L gpu: bf16 vs fp32 log-probs, a training step, greedy
 #      decoding, NCCL with one rank); on a GPU machine none may be skipped;
 #   4. compares our float32 logits with transformers' AutoModelForCausalLM on cuda for each
-#      fixture model (the tests dump ours into BUILD_DIR/parity; scripts/transformers_parity.py);
+#      fixture model (the tests dump ours into BUILD_DIR/parity; scripts/transformers_parity.py),
+#      and our LoRA checkpoints and merges with PEFT's (scripts/make-lora-parity-cases.sh,
+#      scripts/peft_parity.py; needs peft);
 #   5. prints the `name: value` lines of the precision benchmarks run with --device cuda, for
 #      the benchmarks that take that flag (a CPU run is not wanted here).
 # Exits non-zero when a step fails; the later steps still run and the summary lists them all.
@@ -67,7 +69,7 @@ fi
 cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DGRPO_WITH_CUDA=ON -DCMAKE_PREFIX_PATH="$TORCH_PREFIX"
 
 step "build"
-targets=(grpo_gpu_tests grpo-run)
+targets=(grpo_gpu_tests grpo-run grpo-sft grpo-export)
 known_targets=$(cmake --build "$BUILD_DIR" --target help)
 for optional in grpo_bench_train_precision grpo_bench_rollout; do
   if grep -qw -- "$optional" <<<"$known_targets"; then
@@ -99,6 +101,13 @@ for model in "${FIXTURES[@]}"; do
     failures+=("transformers parity: $model")
   fi
 done
+
+# ---- 4b. PEFT parity of the LoRA files --------------------------------------------------------
+step "LoRA: PEFT loads our adapters, equals our merge, writes the same files (cuda)"
+if ! "$ROOT/scripts/make-lora-parity-cases.sh" "$BUILD_DIR" "$BUILD_DIR/lora-parity" ||
+   ! "$PYTHON" "$ROOT/scripts/peft_parity.py" --fixtures "$BUILD_DIR/lora-parity/qwen2" "$BUILD_DIR/lora-parity/llama" --device cuda; then
+  failures+=("PEFT parity")
+fi
 
 # ---- 5. precision benchmarks on the GPU -------------------------------------------------------
 step "precision benchmarks, --device cuda"

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "apps/cli/app_common.h"
 #include "core/plugin/plugin_registry.h"
@@ -68,7 +69,14 @@ ModelResult evaluate_model(const Options& opt, const std::string& model, const s
   ModelResult out;
   out.label = label;
   out.path = spec.model_path;
-  out.result = run_evaluation(training_job_settings(config), config, components, *files.tokenizer);
+  // model.lora: the backend loaded the base model; it evaluates base + adapters, merged.
+  std::optional<sdk::NamedTensors> lora_weights;
+  if (spec.lora.enabled()) {
+    LoadedPolicy policy = load_policy(spec);
+    lora_weights = policy.lora->merged_weights();
+  }
+  out.result = run_evaluation(training_job_settings(config), config, components, *files.tokenizer,
+                              lora_weights ? &*lora_weights : nullptr);
   return out;
 }
 

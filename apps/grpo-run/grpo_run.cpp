@@ -12,6 +12,7 @@
 #include <iomanip>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "apps/cli/app_common.h"
@@ -55,6 +56,20 @@ Examples:
   torchrun --nproc_per_node 2 --no_python grpo-run --config ...   (docs/distributed.md)
 
 Options)";
+
+// --validate's line for model.lora (nothing without it).
+std::string lora_summary(const PolicySpec& policy, const PolicyFiles& files) {
+  if (!policy.lora.enabled()) return "";
+  std::string line = "lora: r " + std::to_string(policy.lora.r) + ", scaling " + std::to_string(policy.lora.scaling());
+  if (!policy.model_path.empty()) {
+    const auto targets = select_lora_targets(files.model_config, policy.lora);  // checked by check_policy_files
+    std::set<std::string> names;
+    for (const auto& t : targets) names.insert(t.module.substr(t.module.rfind('.') + 1));
+    line += ", " + std::to_string(targets.size()) + " modules (" + join({names.begin(), names.end()}, ", ") + ")";
+  }
+  if (!policy.lora.adapter_path.empty()) line += ", continuing " + policy.lora.adapter_path;
+  return line + "; the KL reference, if any, is the base with the adapters off\n";
+}
 
 const std::string& exit_codes() {
   static const std::string text = exit_codes_help({{kExitOk},
@@ -190,6 +205,7 @@ int run(const Options& opt) {
               << "model: " << (policy.model_path.empty() ? std::string("(none configured)")
                                                          : policy.model_path + " (" + architecture_name(files.model_config.architecture) + ")")
               << "\n"
+              << lora_summary(policy, files)
               << "precision: " << precision_name(policy.precision) << " (weights " << policy.dtype << ") on " << policy.device.str()
               << (policy.device.is_cpu() ? " (CPU bf16: " + cpu_bf16_support().describe() + ")" : std::string()) << "\n"
               << "tokenizer: " << (files.tokenizer ? policy.tokenizer_path + " (" + std::to_string(files.tokenizer->vocab_size()) + " ids, chat template " + files.chat_template->origin() + ")"

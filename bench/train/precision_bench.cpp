@@ -90,39 +90,10 @@ using grpo::bench::flag;
 using grpo::bench::has_flag;
 using grpo::bench::seconds_since;
 using grpo::bench::split;
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-std::string cpu_model_name() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) break;
-    auto name = line.substr(colon + 1);
-    name.erase(0, name.find_first_not_of(" \t"));
-    return name;
-  }
-  return "unknown";
-}
-
-// Peak resident memory (VmHWM) in MiB, and its reset (Linux >= 4.0; harmless elsewhere).
-double peak_rss_mib() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
-  return 0.0;
-}
-
-void reset_peak_rss() {
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";
-}
+using grpo::bench::cpu_model_name;
+using grpo::bench::median;
+using grpo::bench::peak_rss_mib;
+using grpo::bench::reset_peak_rss;
 
 // ---- the optimizer step -----------------------------------------------------------------
 

@@ -1,5 +1,7 @@
 #include "core/model/projection.h"
 
+#include "core/model/lora.h"
+
 namespace grpo::core {
 
 const char* projection_name(ProjectionRole role) {
@@ -19,7 +21,11 @@ const char* projection_name(ProjectionRole role) {
 ProjectionImpl::ProjectionImpl(const ProjectionSpec& spec)
     : torch::nn::LinearImpl(torch::nn::LinearOptions(spec.in_features, spec.out_features).bias(spec.bias)), spec_(spec) {}
 
-torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) { return torch::nn::functional::linear(x, weight, bias); }
+torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = torch::nn::functional::linear(x, weight, bias);
+  if (lora_ && lora_->enabled->load(std::memory_order_relaxed)) y = lora_->apply(x, y, is_training());
+  return y;
+}
 
 Projection make_projection(const ProjectionSpec& spec) { return Projection(spec); }
 

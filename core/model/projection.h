@@ -1,7 +1,7 @@
 // The decoder's linear projections (q/k/v/o, gate/up/down, the untied LM head), all built by
-// one factory, make_projection(). This is the seam where a LoRA adapter or a quantized weight
-// hooks in later: a projection knows its role and layer, and every matmul of a weight matrix
-// in the decoder goes through Projection::forward. llama.cpp routes its matmuls through one
+// one factory, make_projection(). This is the seam where a LoRA adapter (core/model/lora.h) or
+// a quantized weight hooks in: a projection knows its role and layer, and every matmul of a
+// weight matrix in the decoder goes through Projection::forward. llama.cpp routes its matmuls through one
 // helper for the same reason (llama-adapter), and PEFT wraps nn.Linear the same way.
 //
 // Parameters are `weight` [out, in] and, when present, `bias` [out], named and initialized
@@ -12,9 +12,12 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace grpo::core {
+
+struct LoraAdapter;
 
 // What a projection is, for the factory and for anything that hooks into it later.
 enum class ProjectionRole { kQuery, kKey, kValue, kOutput, kGate, kUp, kDown, kLmHead };
@@ -33,12 +36,18 @@ struct ProjectionSpec {
 class ProjectionImpl : public torch::nn::LinearImpl {
  public:
   explicit ProjectionImpl(const ProjectionSpec& spec);
-  // y = x W^T + b, x [..., in_features] -> [..., out_features].
+  // y = x W^T + b, x [..., in_features] -> [..., out_features]; plus the LoRA adapter's
+  // update when one is attached and switched on.
   torch::Tensor forward(const torch::Tensor& x);
   const ProjectionSpec& spec() const { return spec_; }
 
+  // LoraAdapters (core/model/lora.h) attaches and detaches adapters; nullptr detaches.
+  void set_lora(std::shared_ptr<const LoraAdapter> adapter) { lora_ = std::move(adapter); }
+  const LoraAdapter* lora() const { return lora_.get(); }
+
  private:
   ProjectionSpec spec_;
+  std::shared_ptr<const LoraAdapter> lora_;
 };
 TORCH_MODULE(Projection);
 

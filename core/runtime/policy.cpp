@@ -1,5 +1,7 @@
 #include "core/runtime/policy.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <optional>
 
@@ -8,9 +10,86 @@
 
 #include "core/config/config_access.h"
 #include "core/model/checkpoint_dirs.h"
+#include "core/util/strings.h"
 #include "grpo/sdk/config_view.h"
 
 namespace grpo::core {
+
+namespace {
+
+bool set_by_user(const sdk::ConfigValue* node) {
+  return node && node->location().known() && node->location().file != "<default>";
+}
+
+// LoRA is on when model.lora.r is set or an adapter is continued.
+bool lora_requested(const sdk::ConfigValue& root) {
+  return set_by_user(find_config_node(root, {"model", "lora", "r"})) ||
+         !sdk::ConfigView(find_config_node(root, {"model", "lora"}), "model.lora").get_string("adapter_path", "").empty();
+}
+
+// model.lora.* of a validated configuration (PolicySpec::lora), with adapter_path's settings;
+// `requested_targets` gets target_modules when it is set as well as adapter_path.
+LoraSettings lora_settings(const sdk::ConfigValue& root, std::vector<std::string>& requested_targets) {
+  const sdk::ConfigView lora(find_config_node(root, {"model", "lora"}), "model.lora");
+  auto node = [&](const char* key) { return find_config_node(root, {"model", "lora", key}); };
+  LoraSettings s;
+  s.adapter_path = lora.get_string("adapter_path", "");
+  const bool rank_given = set_by_user(node("r"));
+  if (!lora_requested(root)) {
+    for (const char* key : {"lora_alpha", "lora_dropout", "target_modules", "init_lora_weights", "use_rslora"})
+      if (set_by_user(node(key)))
+        fail_at_key(node(key), std::string("model.lora.") + key,
+                    "is set, but LoRA is off: set model.lora.r (the adapters' rank, e.g. 16) to train adapters, or "
+                    "model.lora.adapter_path to continue from a PEFT adapter");
+    return s;  // full fine-tuning
+  }
+  s.r = lora.get_int("r", 0);
+  if (rank_given && s.r < 1)
+    fail_at_key(node("r"), "model.lora.r",
+                "rank " + std::to_string(s.r) + ": a LoRA adapter needs r >= 1 (typically 8 to 64); remove model.lora to "
+                "train every weight");
+  s.lora_alpha = lora.get_double("lora_alpha", 8.0);
+  if (!(s.lora_alpha > 0.0) || !std::isfinite(s.lora_alpha))
+    fail_at_key(node("lora_alpha"), "model.lora.lora_alpha", "must be a finite number > 0, got " + std::to_string(s.lora_alpha));
+  s.lora_dropout = lora.get_double("lora_dropout", 0.0);
+  if (!(s.lora_dropout >= 0.0 && s.lora_dropout < 1.0))
+    fail_at_key(node("lora_dropout"), "model.lora.lora_dropout", "must be in [0, 1), got " + std::to_string(s.lora_dropout));
+  s.target_modules = lora.get_string_list("target_modules", {});
+  s.init = lora.get_string("init_lora_weights", "true") == "gaussian" ? LoraInit::kGaussian : LoraInit::kKaimingUniform;
+  s.use_rslora = lora.get_bool("use_rslora", false);
+  if (s.adapter_path.empty()) return s;
+
+  // Continuing an adapter: its own files say what it is.
+  PeftAdapterConfig adapter;
+  try {
+    adapter = read_peft_adapter_config(s.adapter_path);
+  } catch (const std::exception& e) {
+    fail_at_key(node("adapter_path"), "model.lora.adapter_path", e.what());
+  }
+  const LoraSettings& a = adapter.settings;
+  const std::string file = (std::filesystem::path(s.adapter_path) / kAdapterConfigFile).string();
+  auto conflict = [&](const char* key, const std::string& mine, const std::string& theirs) {
+    fail_at_key(node(key), std::string("model.lora.") + key,
+                "is " + mine + " but the adapter being continued (" + file + ") has " + theirs +
+                    "; leave it unset to take the adapter's");
+  };
+  if (rank_given && s.r != a.r) conflict("r", std::to_string(s.r), std::to_string(a.r));
+  if (set_by_user(node("lora_alpha")) && s.lora_alpha != a.lora_alpha)
+    conflict("lora_alpha", std::to_string(s.lora_alpha), std::to_string(a.lora_alpha));
+  if (set_by_user(node("use_rslora")) && s.use_rslora != a.use_rslora)
+    conflict("use_rslora", s.use_rslora ? "true" : "false", a.use_rslora ? "true" : "false");
+  // target_modules set here too is compared by the modules it selects (check_policy_files: it
+  // needs config.json), so all-linear and the adapter's expanded list agree.
+  if (set_by_user(node("target_modules"))) requested_targets = s.target_modules;
+  s.r = a.r;
+  s.lora_alpha = a.lora_alpha;
+  s.use_rslora = a.use_rslora;
+  s.target_modules = a.target_modules;
+  if (!set_by_user(node("lora_dropout"))) s.lora_dropout = a.lora_dropout;
+  return s;
+}
+
+}  // namespace
 
 void resolve_model_path(sdk::ConfigValue& root) {
   sdk::ConfigValue* model = root.find("model");
@@ -21,6 +100,20 @@ void resolve_model_path(sdk::ConfigValue& root) {
   if (!std::filesystem::is_directory(dir, ec) || std::filesystem::exists(dir / "config.json", ec)) return;
   const auto latest = latest_checkpoint(dir.string());
   if (!latest) return;  // check_policy_files reports the missing config.json
+  std::error_code exists_ec;
+  if (!std::filesystem::exists(std::filesystem::path(*latest) / "config.json", exists_ec) &&
+      std::filesystem::exists(std::filesystem::path(*latest) / kAdapterConfigFile, exists_ec)) {
+    std::string base;
+    try {
+      base = read_peft_adapter_config(*latest).base_model_name_or_path;
+    } catch (const std::exception&) {
+    }
+    fail_at_key(path, "model.path",
+                "'" + dir.string() + "' is a LoRA run: its newest checkpoint " + *latest +
+                    " is a PEFT adapter, not a model. Set model.path to the base model" +
+                    (base.empty() ? std::string() : " (" + base + ")") + " and model.lora.adapter_path: " + *latest +
+                    ", or write a merged model with grpo-export --merge (docs/lora.md)");
+  }
   spdlog::info("model.path: {} is a run directory; using its newest checkpoint {}", dir.string(), *latest);
   *path = sdk::ConfigValue::make_scalar(*latest, path->location());
 }
@@ -76,10 +169,11 @@ Precision training_precision(const sdk::ConfigValue& root) {
     if (!parsed) fail_at_key(precision_node, "train.precision", "expected auto, fp32, bf16-mixed or bf16, got \"" + precision + "\"");
     p = *parsed;
     const std::string needed = storage_dtype(p) == torch::kBFloat16 ? "bfloat16" : "float32";
-    if (dtype != needed) {
+    // With LoRA the base is frozen and the trained weights are the float32 adapters, so a bf16
+    // base under bf16-mixed has its master copy (PEFT + autocast, the usual QLoRA-less setup).
+    if (dtype != needed && !(lora_requested(root) && p == Precision::kBf16Mixed)) {
       const sdk::ConfigValue* dtype_node = find_config_node(root, {"model", "dtype"});
-      const bool set_by_user = dtype_node && dtype_node->location().known() && dtype_node->location().file != "<default>";
-      const std::string where = set_by_user ? " (" + dtype_node->location().to_string() + ")" : "";
+      const std::string where = set_by_user(dtype_node) ? " (" + dtype_node->location().to_string() + ")" : "";
       fail_at_key(precision_node, "train.precision",
                   p == Precision::kBf16
                       ? "bf16 trains bfloat16 weights with no float32 master copy, but model.dtype is " + dtype + where +
@@ -111,8 +205,54 @@ PolicySpec policy_spec(const sdk::ConfigValue& root) {
   }
   spec.chat_template = tokenizer.get_string("chat_template", "auto");
   spec.chat_template_node = find_config_node(root, {"tokenizer", "chat_template"});
+  spec.lora = lora_settings(root, spec.lora_requested_targets);
+  spec.lora_seed = static_cast<std::uint64_t>(sdk::ConfigView(find_config_node(root, {"run"}), "run").get_int("seed", 1));
+  spec.lora_node = find_config_node(root, {"model", "lora"});
   return spec;
 }
+
+namespace {
+
+// model.lora's targets exist in the model, and adapter_path's tensors fit them (no weights read).
+void check_lora_against_model(const PolicySpec& spec, const ModelConfig& config) {
+  const sdk::ConfigValue* targets = spec.lora_node && spec.lora_node->is_map() ? spec.lora_node->find("target_modules") : nullptr;
+  const sdk::ConfigValue* adapter = spec.lora_node && spec.lora_node->is_map() ? spec.lora_node->find("adapter_path") : nullptr;
+  const std::string from_adapter =
+      spec.lora.adapter_path.empty() ? "" : " (from " + spec.lora.adapter_path + "/" + kAdapterConfigFile + ")";
+  try {
+    select_lora_targets(config, spec.lora);
+  } catch (const std::exception& e) {
+    fail_at_key(spec.lora.adapter_path.empty() ? targets : adapter,
+                spec.lora.adapter_path.empty() ? "model.lora.target_modules" : "model.lora.adapter_path",
+                std::string(e.what()) + from_adapter);
+  }
+  if (spec.lora.adapter_path.empty()) return;
+  if (!spec.lora_requested_targets.empty()) {
+    LoraSettings requested = spec.lora;
+    requested.target_modules = spec.lora_requested_targets;
+    std::vector<std::string> theirs, mine;
+    try {
+      for (const auto& t : select_lora_targets(config, requested)) mine.push_back(t.module);
+    } catch (const std::exception& e) {
+      fail_at_key(targets, "model.lora.target_modules", e.what());
+    }
+    for (const auto& t : select_lora_targets(config, spec.lora)) theirs.push_back(t.module);
+    if (mine != theirs)
+      fail_at_key(targets, "model.lora.target_modules",
+                  "[" + join(spec.lora_requested_targets, ", ") + "] selects other modules than the adapter being continued (" +
+                      spec.lora.adapter_path + "/" + kAdapterConfigFile + ": [" + join(spec.lora.target_modules, ", ") +
+                      "]); leave it unset to take the adapter's");
+  }
+  const std::string weights = (std::filesystem::path(spec.lora.adapter_path) / kAdapterWeightsFile).string();
+  try {
+    if (!std::filesystem::exists(weights)) throw std::runtime_error(weights + ": missing");
+    check_peft_tensors(config, spec.lora, load_safetensors(weights), weights);
+  } catch (const std::exception& e) {
+    fail_at_key(adapter, "model.lora.adapter_path", std::string(e.what()) + " (model.path is " + spec.model_path + ")");
+  }
+}
+
+}  // namespace
 
 PolicyFiles check_policy_files(const PolicySpec& spec) {
   PolicyFiles files;
@@ -125,6 +265,7 @@ PolicyFiles check_policy_files(const PolicySpec& spec) {
     } catch (const std::exception& e) {
       fail_at_key(spec.model_node, "model.path", e.what());
     }
+    if (spec.lora.enabled()) check_lora_against_model(spec, files.model_config);
   }
   if (!spec.tokenizer_path.empty()) {
     const char* key = spec.tokenizer_node == spec.model_node ? "model.path (as the tokenizer)" : "tokenizer.path";
@@ -155,9 +296,35 @@ LoadedPolicy load_policy(const PolicySpec& spec) {
   LoadedPolicy policy;
   policy.tokenizer = std::move(files.tokenizer);
   policy.chat_template = std::move(files.chat_template);
-  if (!spec.model_path.empty())
+  if (!spec.model_path.empty()) {
     policy.model = load_model(spec.model_path, dtype_from_name(spec.dtype, "model.dtype"), spec.device);
+    if (spec.lora.enabled()) attach_lora(spec, policy);
+  }
   return policy;
+}
+
+void attach_lora(const PolicySpec& spec, LoadedPolicy& policy) {
+  const sdk::ConfigValue* adapter = spec.lora_node && spec.lora_node->is_map() ? spec.lora_node->find("adapter_path") : nullptr;
+  try {
+    policy.lora = std::make_shared<LoraAdapters>(policy.model.model, spec.lora, spec.lora_seed);
+  } catch (const std::exception& e) {
+    fail_at_key(spec.lora_node, "model.lora", e.what());
+  }
+  if (!spec.lora.adapter_path.empty()) {
+    try {
+      policy.lora->load_peft_folder(spec.lora.adapter_path);
+    } catch (const std::exception& e) {
+      fail_at_key(adapter, "model.lora.adapter_path", e.what());
+    }
+  }
+  std::int64_t base = 0;
+  for (const auto& p : policy.model.model->parameters()) base += p.numel();
+  const std::int64_t trained = policy.lora->num_parameters();
+  spdlog::info("LoRA: r {}, lora_alpha {} (scaling {}), dropout {}, on {} modules ({}): {} trainable parameters, {:.3f}% of "
+               "the {} frozen base weights{}",
+               spec.lora.r, spec.lora.lora_alpha, spec.lora.scaling(), spec.lora.lora_dropout, policy.lora->targets().size(),
+               join(policy.lora->target_module_names(), ", "), trained, 100.0 * static_cast<double>(trained) / static_cast<double>(base),
+               base, spec.lora.adapter_path.empty() ? "" : "; continued from " + spec.lora.adapter_path);
 }
 
 }  // namespace grpo::core

@@ -2,10 +2,13 @@
 // checked up front by `grpo-run --validate` (files exist and parse) and loaded by the run.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/model/checkpoint.h"
+#include "core/model/lora.h"
 #include "core/model/precision.h"
 #include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
@@ -23,6 +26,10 @@ struct PolicySpec {
   const sdk::ConfigValue* model_node = nullptr;      // for error locations
   const sdk::ConfigValue* tokenizer_node = nullptr;  // the node tokenizer_path came from
   const sdk::ConfigValue* chat_template_node = nullptr;
+  LoraSettings lora;               // model.lora.* (r = 0: no LoRA); with adapter_path, the adapter's settings
+  std::uint64_t lora_seed = 1;     // run.seed: fresh adapters' initialization
+  const sdk::ConfigValue* lora_node = nullptr;  // model.lora, for error locations
+  std::vector<std::string> lora_requested_targets;  // target_modules set beside adapter_path (checked against it)
 };
 
 // model.path may name a run directory of grpo-sft or grpo-run instead of a model folder: when
@@ -35,7 +42,11 @@ void resolve_model_path(sdk::ConfigValue& root);
 // them before any model is loaded (sdk::ConfigError naming the key):
 //   train.precision auto = fp32 for model.dtype float32, bf16 for bfloat16; fp32 and
 //   bf16-mixed need float32 weights (the masters), bf16 needs model.dtype bfloat16;
-//   model.device cpu | cuda | cuda:N must exist in this build and on this machine.
+//   model.device cpu | cuda | cuda:N must exist in this build and on this machine;
+//   model.lora.*: r >= 1 when set (an explicit 0 is an error), the other keys only with r or
+//   adapter_path, lora_alpha > 0, lora_dropout in [0, 1); adapter_path's adapter_config.json is
+//   read (its r, lora_alpha, use_rslora and target_modules apply; a different value set in the
+//   configuration is an error naming both).
 // A bf16 precision on a CPU without avx512_bf16/amx_bf16 is a warning: it runs, slowly.
 PolicySpec policy_spec(const sdk::ConfigValue& root);
 
@@ -55,8 +66,9 @@ struct PolicyFiles {
   std::optional<ChatTemplate> chat_template;  // tokenizer.chat_template resolved (with a tokenizer)
 };
 
-// Parses config.json, loads the tokenizer and resolves and parses the chat template (cheap: no
-// weights are read; `auto` without a template in the tokenizer's files is a logged warning and
+// Parses config.json, loads the tokenizer and resolves and parses the chat template, and with
+// model.lora checks the targets against config.json and adapter_path's tensors against them
+// (cheap: no model weights are read; `auto` without a template in the tokenizer's files is a logged warning and
 // the built-in chatml). Problems are sdk::ConfigError naming the config key's location and the
 // file's own error, e.g.
 //   "run.yaml:3:9: model.path: models/q/config.json: use_sliding_window: ... not supported".
@@ -66,9 +78,16 @@ struct LoadedPolicy {
   LoadedModel model;
   std::optional<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;
+  // model.lora: the adapters attached to `model` (its base weights frozen), else null.
+  std::shared_ptr<LoraAdapters> lora;
 };
 
-// check_policy_files() and then the weights.
+// check_policy_files() and then the weights; with model.lora, the adapters (fresh, or read
+// from adapter_path) attached.
 LoadedPolicy load_policy(const PolicySpec& spec);
+
+// Attaches spec.lora's adapters to policy.model (fresh from spec.lora_seed, or loaded from
+// spec.lora.adapter_path); errors are sdk::ConfigError naming the model.lora key.
+void attach_lora(const PolicySpec& spec, LoadedPolicy& policy);
 
 }  // namespace grpo::core

@@ -11,10 +11,14 @@
 namespace grpo::core {
 
 std::vector<std::vector<float>> reward_token_kl(CausalLM& policy, CausalLM& reference, const sdk::KlEstimator& estimator,
-                                                const std::vector<Group>& groups, const UpdateOptions& options) {
+                                                const std::vector<Group>& groups, const UpdateOptions& options,
+                                                LoraAdapters* reference_adapters_off) {
   std::vector<std::vector<float>> token_kl;
   const auto old_lp = sample_logprobs(policy, groups, options);
-  const auto ref_lp = sample_logprobs(reference, groups, options);
+  const auto ref_lp = [&] {
+    const AdaptersOff base_model(reference_adapters_off);
+    return sample_logprobs(reference, groups, options);
+  }();
   // Log-probs are float32 whatever the model's dtype (packing.h); they go to the model's device.
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(policy->lm_head_weight().device());
   for (std::size_t i = 0; i < old_lp.size(); ++i) {

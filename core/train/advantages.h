@@ -32,8 +32,10 @@ class Communicator;
 // that are about to be updated: the "old" policy) and of `reference` (sample_logprobs with
 // `options`' packing), through `estimator`, on the models' device. One float32 vector per
 // sample (its response length), in group / sample order.
+// `reference_adapters_off` set (LoRA): `reference` is `policy`, computed with these adapters off.
 std::vector<std::vector<float>> reward_token_kl(CausalLM& policy, CausalLM& reference, const sdk::KlEstimator& estimator,
-                                                const std::vector<Group>& groups, const UpdateOptions& options);
+                                                const std::vector<Group>& groups, const UpdateOptions& options,
+                                                LoraAdapters* reference_adapters_off = nullptr);
 
 // Sets Sample::advantages (one per response token) of every sample of `groups` from
 // `estimator`. Its input: response_mask [B, T] float32 (T = longest response, at least 1),

@@ -94,7 +94,7 @@ PromptSet load_eval_prompts(const sdk::ConfigValue& config, const DataOptions& d
 }
 
 EvaluationResult run_evaluation(const TrainingJobSettings& job, const sdk::ConfigValue& config,
-                                RuntimeComponents& components, const Tokenizer& tokenizer) {
+                                RuntimeComponents& components, const Tokenizer& tokenizer, const sdk::NamedTensors* weights) {
   const TrainerSettings& s = job.trainer;
   if (!components.rollout_backend)
     fail_at_config_key(config, {"rollout", "backend"}, "evaluation needs a rollout backend (e.g. native)");
@@ -110,7 +110,7 @@ EvaluationResult run_evaluation(const TrainingJobSettings& job, const sdk::Confi
   RolloutContext ctx(s, *components.rollout_backend, components.verifiers, job.rewards, pool);
   EvaluationResult result;
   std::vector<Group> groups;
-  result.metrics = evaluate_prompts(ctx, eval, nullptr, 0, &groups);
+  result.metrics = evaluate_prompts(ctx, eval, weights, 0, &groups);
   for (std::size_t i = 0; i < groups.size(); ++i)
     for (const auto& smp : groups[i].samples)
       result.samples.push_back({groups[i].example.where(), eval.texts[i], smp.text, smp.reward, smp.correct});

@@ -48,11 +48,13 @@ struct EvaluationResult {
   std::vector<EvalSample> samples;
 };
 
-// Evaluates the rollout backend's model (as loaded from model.path) on data.eval with the
+// Evaluates the rollout backend's model (as loaded from model.path, with `weights` loaded
+// into it first when given: a LoRA policy's merged weights) on data.eval with the
 // eval.* settings, exactly as the trainer's evaluations do (grpo-eval). `settings` is
 // training_job_settings(config); `config` is only the place errors point at (a missing
 // backend, verifier or eval split: sdk::ConfigError). Bad rows are DataError.
 EvaluationResult run_evaluation(const TrainingJobSettings& settings, const sdk::ConfigValue& config,
-                                RuntimeComponents& components, const Tokenizer& tokenizer);
+                                RuntimeComponents& components, const Tokenizer& tokenizer,
+                                const sdk::NamedTensors* weights = nullptr);
 
 }  // namespace grpo::core

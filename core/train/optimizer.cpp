@@ -67,11 +67,15 @@ double lr_factor(const OptimizerSettings& s, std::int64_t step, std::int64_t tot
 }
 
 std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const OptimizerSettings& s) {
+  std::vector<torch::Tensor> trainable;
+  for (auto& p : model.parameters())
+    if (p.requires_grad()) trainable.push_back(p);
+  return make_adamw(trainable, s);
+}
+
+std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<torch::Tensor>& parameters, const OptimizerSettings& s) {
   std::vector<torch::Tensor> decay, no_decay;
-  for (auto& p : model.parameters()) {
-    if (!p.requires_grad()) continue;
-    (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  }
+  for (const auto& p : parameters) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   auto options = [&](double wd) {
     return torch::optim::AdamWOptions(s.learning_rate).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(wd);
   };

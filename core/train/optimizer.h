@@ -41,8 +41,10 @@ OptimizerSettings optimizer_settings(const sdk::ConfigValue& root);
 // The multiplier of the peak rate for optimizer step `step` of `total_steps`.
 double lr_factor(const OptimizerSettings& settings, std::int64_t step, std::int64_t total_steps);
 
-// AdamW over `model`'s parameters (two groups: with and without weight decay).
+// AdamW over `model`'s parameters that require gradients (two groups: with and without weight
+// decay), or over `parameters` (LoRA adapters: core/model/lora.h).
 std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const OptimizerSettings& settings);
+std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<torch::Tensor>& parameters, const OptimizerSettings& settings);
 
 // The global L2 norm of the optimizer's gradients (float64, as torch.nn.utils.clip_grad_norm_
 // measures it; 0 without gradients). When it is finite and above max_norm > 0 the gradients

@@ -282,6 +282,7 @@ StepLogprobs old_and_reference_logprobs(CausalLM& policy, const UpdateComponents
     }
   if (needs_reference_model(o.kl)) {
     CausalLM reference = components.reference;  // a holder copy: same module
+    const AdaptersOff base_model(components.reference_adapters_off);  // LoRA: the reference is the base
     logprobs_into(reference, trained, o, &lp.ref_store);
   }
   lp.any_rollout = std::any_of(trained.begin(), trained.end(), [](const SampleRef* r) { return r->carries_rollout_logprobs(); });

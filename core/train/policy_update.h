@@ -23,6 +23,7 @@
 #include "core/algo/mismatch_correction.h"
 #include "core/algo/modes.h"
 #include "core/model/precision.h"
+#include "core/model/lora.h"
 #include "core/model/transformer.h"
 #include "core/train/rollout_batch.h"
 #include "grpo/sdk/torch/kl_estimator.h"
@@ -75,6 +76,9 @@ struct UpdateComponents {
   const sdk::PolicyLoss* policy_loss = nullptr;    // required
   const sdk::KlEstimator* kl_estimator = nullptr;  // required when kl.kl_coef != 0
   CausalLM reference{nullptr};                     // frozen reference; required when kl.kl_coef != 0
+  // Set when `reference` is the policy itself with LoRA adapters (model.lora): its reference
+  // log-probs are computed with these adapters switched off, i.e. by the base model.
+  LoraAdapters* reference_adapters_off = nullptr;
   const DataParallelUpdate* data_parallel = nullptr;  // null: one process
 };
 

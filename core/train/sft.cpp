@@ -219,7 +219,7 @@ MetricList sft_step(CausalLM& model, torch::optim::Optimizer& optimizer, const S
 
 }  // namespace
 
-void run_sft(const SftSettings& s, const sdk::ConfigValue& config, LoadedPolicy& policy, const PolicySpec& /*policy_spec*/) {
+void run_sft(const SftSettings& s, const sdk::ConfigValue& config, LoadedPolicy& policy, const PolicySpec& policy_spec) {
   const SftData data = load_sft_data(s, config, policy);
   const SftSet& train = data.train;
   const SftSet& eval = data.eval;
@@ -230,8 +230,26 @@ void run_sft(const SftSettings& s, const sdk::ConfigValue& config, LoadedPolicy&
     model->init_weights(std, s.seed);
     spdlog::info("sft.init: random weights (normal, std {} = config.json initializer_range), seed {}", std, s.seed);
   }
+  // LoRA: adapters over the frozen base. Random base weights exist nowhere else, so they are
+  // written once to RUN_DIR/base_model, which the adapters' base_model_name_or_path names.
+  std::string lora_base = policy_spec.model_path;
+  if (policy_spec.lora.enabled()) {
+    if (s.random_init) {
+      lora_base = (std::filesystem::path(s.run_dir) / "base_model").string();
+      if (!std::filesystem::exists(std::filesystem::path(lora_base) / "config.json")) {
+        SaveOptions base_options;
+        base_options.tokenizer = &*policy.tokenizer;
+        base_options.chat_templates = policy.chat_template->sources();
+        base_options.generation_config_json = policy.model.generation_config_json;
+        save_model(lora_base, model, base_options);
+      }
+      spdlog::warn("LoRA on random weights (sft.init: random): the frozen random base is {}; the adapters' checkpoints name it",
+                   lora_base);
+    }
+    if (!policy.lora) attach_lora(policy_spec, policy);
+  }
   model->train();
-  auto optimizer = make_adamw(*model, s.optimizer);
+  auto optimizer = policy.lora ? make_adamw(policy.lora->parameters(), s.optimizer) : make_adamw(*model, s.optimizer);
 
   TrainerState state;
   state.seed = s.seed;
@@ -241,6 +259,8 @@ void run_sft(const SftSettings& s, const sdk::ConfigValue& config, LoadedPolicy&
   contents.tokenizer = &*policy.tokenizer;
   contents.chat_templates = policy.chat_template->sources();  // resolved once, by load_policy
   contents.generation_config_json = policy.model.generation_config_json;
+  contents.lora = policy.lora.get();
+  contents.lora_base_model = lora_base;
   const bool resumed = s.resume && resume_from_checkpoint(config, s.run_dir, s.seed, s.resume_from, contents, state);
   if (resumed && state.step >= s.steps) {
     spdlog::info("resume: {} is at step {} of {}; nothing left to train", checkpoint_path(s.run_dir, state.step),

@@ -16,6 +16,7 @@
 #include "core/model/checkpoint.h"
 #include "core/model/checkpoint_dirs.h"
 #include "core/model/safetensors_torch.h"
+#include "core/tokenizer/tokenizer_files.h"
 #include "core/train/optimizer.h"
 #include "core/util/fs.h"
 #include "core/util/json_limits.h"
@@ -32,6 +33,7 @@ constexpr const char* kOptimizerFile = "optimizer.pt";
 constexpr const char* kRngFile = "rng.pt";
 constexpr const char* kReferenceFile = "reference.safetensors";
 constexpr const char* kRngKey = "cpu_generator_state";
+constexpr const char* kLoraDropoutRngKey = "lora_dropout_generator_state";  // LoRA runs
 constexpr const char* kSupersededFolder = "superseded";
 // 2: "files" (sizes and checksums) added. Format 1 checkpoints (written before) still load,
 // unverified: an upgrade must not strand a run's checkpoints.
@@ -151,6 +153,7 @@ struct CheckpointData {
   NamedTensorList policy;
   torch::serialize::InputArchive optimizer;
   torch::Tensor rng;
+  torch::Tensor lora_dropout_rng;  // LoRA runs
   std::optional<NamedTensorList> reference;
 };
 
@@ -162,8 +165,21 @@ void read_checkpoint(const fs::path& d, const CheckpointContents& c, CheckpointD
                  "are loaded unverified", d.string(), kStateFormatWithoutFiles);
   verify_files(d, out.state.files);
   auto file_error = [&](const char* file, const std::string& what) { return CheckpointError((d / file).string() + ": " + what); };
+  const bool holds_adapter = fs::exists(d / kAdapterConfigFile) && !fs::exists(d / "config.json");
+  if (holds_adapter && !c.lora)
+    throw CheckpointError(d.string() + ": holds LoRA adapters (adapter_config.json), but this run trains every weight: "
+                          "set model.lora as the run that wrote it did");
+  if (!holds_adapter && c.lora)
+    throw CheckpointError(d.string() + ": holds a whole model, but this run trains LoRA adapters (model.lora): resume it "
+                          "without model.lora, or start the adapters from scratch in a new run.output_dir");
   try {
-    out.policy = load_checkpoint_tensors(d.string());
+    if (c.lora) {
+      const fs::path weights = d / kAdapterWeightsFile;
+      out.policy = load_safetensors(weights.string());
+      check_peft_tensors((*c.policy)->config(), c.lora->settings(), out.policy, weights.string());
+    } else {
+      out.policy = load_checkpoint_tensors(d.string());
+    }
   } catch (const std::exception& e) {
     throw CheckpointError(d.string() + ": " + e.what());
   }
@@ -179,6 +195,10 @@ void read_checkpoint(const fs::path& d, const CheckpointContents& c, CheckpointD
     archive.load_from((d / kRngFile).string());
     archive.read(kRngKey, out.rng);
     at::detail::createCPUGenerator().set_state(out.rng);  // a scratch generator: checks the state's size
+    if (c.lora) {
+      archive.read(kLoraDropoutRngKey, out.lora_dropout_rng);
+      at::detail::createCPUGenerator().set_state(out.lora_dropout_rng);
+    }
   } catch (const c10::Error& e) {
     throw file_error(kRngFile, e.what_without_backtrace());
   } catch (const std::exception& e) {
@@ -194,13 +214,17 @@ void read_checkpoint(const fs::path& d, const CheckpointContents& c, CheckpointD
 }
 
 void restore_checkpoint(const fs::path& d, CheckpointData& data, const CheckpointContents& c) {
-  load_model_weights(*c.policy, data.policy, d.string());
+  if (c.lora)
+    c.lora->load_peft_state(data.policy, (d / kAdapterWeightsFile).string());
+  else
+    load_model_weights(*c.policy, data.policy, d.string());
   if (data.reference) load_model_weights(*c.reference, *data.reference, (d / kReferenceFile).string());
   try {
     c.optimizer->load(data.optimizer);
   } catch (const c10::Error& e) {
     throw CheckpointError((d / kOptimizerFile).string() + ": cannot restore the optimizer state: " + e.what_without_backtrace());
   }
+  if (c.lora) c.lora->set_dropout_rng_state(data.lora_dropout_rng);
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle: shares the global state
   std::lock_guard<std::mutex> lock(generator.mutex());
   generator.set_state(data.rng);
@@ -223,16 +247,28 @@ TrainerState save_checkpoint(const std::string& run_dir, const TrainerState& sta
   try {
     fs::create_directories(root);
     remove_checkpoint_staging(run_dir);  // leftovers of a killed save
-    SaveOptions options;
-    options.tokenizer = c.tokenizer;
-    options.chat_templates = c.chat_templates;
-    options.generation_config_json = c.generation_config_json;
-    save_model(staging.string(), *c.policy, options);
+    if (c.lora) {
+      // A PEFT adapter folder, with the tokenizer beside it as TRL saves one.
+      fs::create_directories(staging);
+      c.lora->save_peft_files(staging.string(), c.lora_base_model);
+      if (c.tokenizer) {
+        TokenizerFilesOptions tok;
+        tok.chat_templates = c.chat_templates;
+        write_tokenizer_files(staging.string(), *c.tokenizer, tok);
+      }
+    } else {
+      SaveOptions options;
+      options.tokenizer = c.tokenizer;
+      options.chat_templates = c.chat_templates;
+      options.generation_config_json = c.generation_config_json;
+      save_model(staging.string(), *c.policy, options);
+    }
     save_optimizer(*c.optimizer, (staging / kOptimizerFile).string());
     {
       torch::serialize::OutputArchive archive;
       // LibTorch's CPU generator: its state is a CPU tensor by nature (whatever the model's device).
       archive.write(kRngKey, at::detail::getDefaultCPUGenerator().get_state());
+      if (c.lora) archive.write(kLoraDropoutRngKey, c.lora->dropout_rng_state());
       save_archive(archive, (staging / kRngFile).string());
     }
     if (c.reference) save_safetensors((staging / kReferenceFile).string(), model_state_tensors(*c.reference));

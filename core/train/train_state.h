@@ -1,8 +1,10 @@
 // Trainer checkpoints: RUN_DIR/checkpoints/step_000010/ holds the policy as a Hugging Face
-// folder (config.json, model.safetensors, tokenizer files: loads straight into transformers)
-// plus what an exact resume needs: trainer_state.json (step, optimizer steps, data position,
+// folder (config.json, model.safetensors, tokenizer files: loads straight into transformers),
+// or with LoRA as a PEFT adapter folder (adapter_config.json, adapter_model.safetensors,
+// tokenizer files: loads with PeftModel.from_pretrained over the base), plus what an exact
+// resume needs: trainer_state.json (step, optimizer steps, data position,
 // counters, the rollout queue policy), optimizer.pt (AdamW moments), rng.pt (LibTorch's CPU
-// generator) and, when the reference model is Polyak-updated, reference.safetensors.
+// generator; with LoRA also the adapters' dropout generator) and, when the reference model is Polyak-updated, reference.safetensors.
 //
 // Durability: every file goes through the atomic writer (fsynced) into a hidden staging folder
 // (.step_000010.partial) that is renamed into place only when every file is complete
@@ -28,6 +30,7 @@
 
 #include "core/data/dataset.h"
 #include "core/model/checkpoint_dirs.h"
+#include "core/model/lora.h"
 #include "core/model/transformer.h"
 
 namespace grpo::core {
@@ -60,6 +63,11 @@ struct CheckpointContents {
   const Tokenizer* tokenizer = nullptr;
   std::vector<NamedChatTemplate> chat_templates;  // written into tokenizer_config.json
   std::string generation_config_json;
+  // model.lora: the checkpoint holds these adapters as a PEFT adapter folder (adapter_config.json
+  // with base_model_name_or_path = lora_base_model, adapter_model.safetensors) plus the tokenizer
+  // files, instead of the policy's weights; `policy` is still the model they are attached to.
+  LoraAdapters* lora = nullptr;
+  std::string lora_base_model;
 };
 
 // Writes the checkpoint of state.step atomically and durably, then deletes complete checkpoints

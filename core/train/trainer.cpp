@@ -90,8 +90,11 @@ class Trainer {
   MetricList evaluate(std::int64_t step);
   void save(const char* why);
   // The policy's weights for the rollout backend (core/train/rollout_worker.h).
+  // With LoRA: only the targeted weights, merged (W + scaling B A) from the frozen base: the
+  // engine keeps the rest of the base model it loaded (docs/lora.md, "Rollouts").
   NamedTensors snapshot() {
-    return weight_snapshot(model_, s_.bf16_weight_snapshots ? std::optional<torch::Dtype>(torch::kBFloat16) : std::nullopt);
+    const auto dtype = s_.bf16_weight_snapshots ? std::optional<torch::Dtype>(torch::kBFloat16) : std::nullopt;
+    return lora_ ? lora_->merged_weights(dtype) : weight_snapshot(model_, dtype);
   }
   double lr() const {
     return s_.optimizer.learning_rate * lr_factor(s_.optimizer, state_.optimizer_steps, total_optimizer_steps_);
@@ -108,6 +111,8 @@ class Trainer {
   TrainingComponents parts_;
   TrainingPrompts prompts_;
   CausalLM model_{nullptr}, reference_{nullptr};
+  LoraAdapters* lora_ = nullptr;                  // model.lora: the policy's adapters
+  LoraAdapters* reference_adapters_off_ = nullptr;  // LoRA with a KL term: reference_ is model_ with these off
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::int64_t total_optimizer_steps_ = 0;
   TrainerState state_;
@@ -127,9 +132,18 @@ bool Trainer::prepare() {
   // ---- Everything that can fail is checked before the first step (check_training_job checked
   // the configuration, the components and the data; here: the models, the resume).
   model_ = policy_.model.model;
-  reference_ = load_reference_model(s_, policy_spec_);
+  lora_ = policy_.lora.get();
+  if (lora_ && needs_reference_model(s_.update.kl)) {
+    // The base model is the reference: the policy with its adapters switched off, no second copy.
+    reference_ = model_;
+    reference_adapters_off_ = lora_;
+    spdlog::info("reference model: the base weights with the LoRA adapters switched off (algorithm.kl_coef = {})",
+                 s_.update.kl.kl_coef);
+  } else if (!lora_) {
+    reference_ = load_reference_model(s_, policy_spec_);
+  }
   model_->train();
-  optimizer_ = make_adamw(*model_, s_.optimizer);
+  optimizer_ = lora_ ? make_adamw(lora_->parameters(), s_.optimizer) : make_adamw(*model_, s_.optimizer);
   total_optimizer_steps_ = s_.steps * s_.update.num_epochs * s_.update.num_mini_batches;
 
   resume_or_start();
@@ -149,6 +163,7 @@ bool Trainer::prepare() {
   update_components_.policy_loss = parts_.policy_loss;
   update_components_.kl_estimator = parts_.kl_estimator;
   update_components_.reference = reference_;
+  update_components_.reference_adapters_off = reference_adapters_off_;
   if (dist_) set_up_data_parallel();
   set_learning_rate(*optimizer_, lr());
   after_optimizer_step_ = [this] {
@@ -165,7 +180,9 @@ void Trainer::resume_or_start() {
   state_.async_steps = s_.async_steps;
   contents_.policy = &model_;
   contents_.optimizer = optimizer_.get();
-  contents_.reference = (reference_ && s_.ref_update_freq > 0) ? &reference_ : nullptr;
+  contents_.reference = (reference_ && !lora_ && s_.ref_update_freq > 0) ? &reference_ : nullptr;
+  contents_.lora = lora_;
+  contents_.lora_base_model = policy_spec_.model_path;
   contents_.tokenizer = &*policy_.tokenizer;
   contents_.chat_templates = policy_.chat_template->sources();  // resolved once, by load_policy
   contents_.generation_config_json = policy_.model.generation_config_json;
@@ -176,9 +193,13 @@ void Trainer::resume_or_start() {
 
 // Gradients all-reduced in buckets while backward runs (core/dist/gradient_reducer.h).
 void Trainer::set_up_data_parallel() {
-  std::vector<at::Tensor> trainable;
-  for (const auto& p : model_->parameters())
-    if (p.requires_grad()) trainable.push_back(p);
+  std::vector<at::Tensor> trainable;  // what the optimizer updates: every weight, or the LoRA adapters
+  if (lora_) {
+    trainable = lora_->parameters();
+  } else {
+    for (const auto& p : model_->parameters())
+      if (p.requires_grad()) trainable.push_back(p);
+  }
   reducer_ = std::make_unique<dist::GradientReducer>(trainable, dist_->train(),
                                                      static_cast<std::int64_t>(dist_->options().bucket_mb * 1024 * 1024));
   data_parallel_.comm = &dist_->train();
@@ -237,7 +258,7 @@ void Trainer::train_step(RolloutWorker& worker) {
   const bool kl_in_reward = needs_reference_model(s_.update.kl) && s_.update.kl.kl_in_reward;
   std::vector<std::vector<float>> token_kl;
   if (kl_in_reward && !groups.empty())  // kl(old, ref) per token: the penalty the token rewards carry
-    token_kl = reward_token_kl(model_, reference_, *parts_.kl_estimator, groups, s_.update);
+    token_kl = reward_token_kl(model_, reference_, *parts_.kl_estimator, groups, s_.update, reference_adapters_off_);
   const StepAdvantages advantages =
       step_advantages(*parts_.advantage, groups, kl_in_reward ? &token_kl : nullptr, reward_kl_coef(s_.update.kl),
                       dist_ ? &dist_->train() : nullptr, step, model_->lm_head_weight().device());

@@ -87,6 +87,10 @@ CheckedTrainingJob check_training_job(const sdk::ConfigValue& config, PluginRegi
   job.settings = training_job_settings(config);  // every setting the job reads, once
   job.policy = policy_spec(config);
   job.files = check_policy_files(job.policy);  // errors name model.path, before the backend loads it
+  if (job.policy.lora.enabled() && job.settings.trainer.ref_update_freq > 0)
+    fail_at_config_key(config, {"train", "ref_update_freq"},
+                       "Polyak updates of the reference are not available with LoRA (model.lora): the reference is the "
+                       "base model, i.e. the policy with its adapters switched off; set train.ref_update_freq: 0");
   load_configured_plugins(registry, config);
   job.components = create_components(registry, config);
   job.parts = training_components(config, job.components, !job.policy.model_path.empty(), job.files.tokenizer.has_value(), job.settings,

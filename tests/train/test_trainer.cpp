@@ -19,11 +19,13 @@
 #include "tests/metrics/tfevents_reader.h"
 #include "tests/support/test_dir.h"
 #include "tests/train/digit_task_runs.h"
+#include "tests/train/resume_check.h"
 #include "tests/train/trainer_fixtures.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+using grpo::testing::expect_killed_run_resumes_exactly;
 using grpo::testing::fresh_test_dir;
 using grpo::testing::read_metrics;
 using grpo::testing::run_command;
@@ -63,18 +65,6 @@ TEST(TrainerLearns, EvalCorrectRateRisesOnTheDigitTask) {
   EXPECT_TRUE(fs::exists(run_dir + "/checkpoints/step_000030/tokenizer.json"));
 }
 
-// Metrics that do not measure time: what two runs of the same config must agree on.
-std::map<std::string, nlohmann::json> deterministic_metrics(const nlohmann::json& line) {
-  std::map<std::string, nlohmann::json> out;
-  for (auto it = line.begin(); it != line.end(); ++it) {
-    const std::string& k = it.key();
-    const bool seconds = k.size() > 2 && k.compare(k.size() - 2, 2, "_s") == 0;  // rollout/wall_s, ..._per_s
-    if (k.rfind("time/", 0) == 0 || k.find("per_second") != std::string::npos || seconds) continue;
-    out[k] = it.value();
-  }
-  return out;
-}
-
 // In every precision whose masters are float32: bf16-mixed's casts are as deterministic as
 // float32's arithmetic, so a resumed bf16-mixed run is bit-identical too. The learning rate
 // warms up and decays (linear, 4 warmup steps of 12 optimizer steps), so a resume that does not
@@ -101,27 +91,7 @@ TEST_P(TrainerResume, KilledRunResumesToBitIdenticalWeightsAndMetrics) {
   ASSERT_GE(rates.size(), 4u) << "the schedule is not in effect";
 
   // The same run, SIGKILLed as soon as the step-3 checkpoint is complete, then resumed.
-  const std::string cut_dir = dir + "/cut";
-  const std::string marker = cut_dir + "/checkpoints/step_000003/trainer_state.json";
-  const auto killed = run_command("(" + std::string(GRPO_RUN_BINARY) + " " + common + " --set run.output_dir=" + cut_dir +
-                                  " >" + dir + "/cut.log 2>&1 & pid=$!; while [ ! -f " + marker +
-                                  " ] && kill -0 $pid 2>/dev/null; do sleep 0.02; done; kill -9 $pid; wait $pid; echo killed:$?)");
-  ASSERT_NE(killed.output.find("killed:137"), std::string::npos) << killed.output << run_command("cat " + dir + "/cut.log").output;
-  ASSERT_FALSE(fs::exists(cut_dir + "/checkpoints/step_000006")) << "the run finished before it was killed";
-  out = run_grpo(common + " --set run.output_dir=" + cut_dir + " --resume", &code);
-  ASSERT_EQ(code, 0) << out;
-  EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
-
-  const auto a = read_metrics(full_dir), b = read_metrics(cut_dir);
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(deterministic_metrics(a[i]), deterministic_metrics(b[i])) << "line " << i;
-  const auto wa = grpo::core::load_safetensors(full_dir + "/checkpoints/step_000006/model.safetensors");
-  const auto wb = grpo::core::load_safetensors(cut_dir + "/checkpoints/step_000006/model.safetensors");
-  ASSERT_EQ(wa.size(), wb.size());
-  for (std::size_t i = 0; i < wa.size(); ++i) {
-    EXPECT_EQ(wa[i].first, wb[i].first);
-    EXPECT_TRUE(torch::equal(wa[i].second, wb[i].second)) << wa[i].first;
-  }
+  expect_killed_run_resumes_exactly(common, full_dir, dir + "/cut", 3, 6, "model.safetensors");
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, TrainerResume, ::testing::Values("fp32", "bf16-mixed"),

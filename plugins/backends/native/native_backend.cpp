@@ -133,12 +133,12 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
                                     grpo::core::architecture_name(engine_->model()->config().architecture) + " model");
       if (!given.emplace(name, &tensor).second) throw std::invalid_argument("update_weights: '" + name + "' given twice");
     }
-    for (const auto& [name, param] : parameters_)
-      if (!given.count(name))
-        throw std::invalid_argument("update_weights: '" + name + "' is missing (" + std::to_string(given.size()) + " of " +
-                                    std::to_string(parameters_.size()) + " parameters given); a sync sends them all");
+    if (given.empty()) throw std::invalid_argument("update_weights: no tensors given");
+    // A sync may send a subset: the parameters it does not name keep their values (a LoRA run
+    // sends only the merged weights its adapters change).
     // Everything is checked before anything changes: a failed sync leaves the engine as it was.
     for (const auto& [name, param] : parameters_) {
+      if (!given.count(name)) continue;
       const at::Tensor& src = *given.at(name);
       if (src.sizes() != param.sizes())
         throw std::invalid_argument("update_weights: '" + name + "' has shape " + grpo::core::shape_text(src.sizes().vec()) +
@@ -152,6 +152,7 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
     }
     std::int64_t shared = 0, copied = 0, copied_bytes = 0;
     for (auto& [name, param] : parameters_) {
+      if (!given.count(name)) continue;
       const at::Tensor& src = *given.at(name);
       bool& aliased = aliased_[name];
       if (can_share(src, param) && sync_ != WeightSync::kCopy) {
@@ -175,7 +176,8 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
     sync_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     shared_ = shared;
     copied_bytes_ = copied_bytes;
-    grpo::sdk::log_debug("native rollout: weight sync of " + std::to_string(parameters_.size()) + " tensors (" +
+    grpo::sdk::log_debug("native rollout: weight sync of " + std::to_string(given.size()) + " of " +
+                         std::to_string(parameters_.size()) + " tensors (" +
                          std::to_string(shared) + " shared, " + std::to_string(copied) + " copied, " +
                          std::to_string(to_mb(copied_bytes)) + " MB) in " + std::to_string(sync_s_) + " s");
   }

@@ -101,7 +101,10 @@ class RolloutBackend {
  public:
   virtual ~RolloutBackend() = default;
   virtual std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& requests) = 0;
-  // Hugging Face parameter names (model.layers.0.self_attn.q_proj.weight, ...).
+  // Hugging Face parameter names (model.layers.0.self_attn.q_proj.weight, ...). Every
+  // parameter, or a subset: the ones not named keep their values (a LoRA run sends only the
+  // weights its adapters change, merged: W + scaling B A). An unknown name, a duplicate or a
+  // wrong shape is an error that leaves the weights as they were.
   virtual void update_weights(const NamedTensors& weights) = 0;
   // Scalar metrics of the last generate() and update_weights() calls (throughput, batch
   // occupancy, stop rate, weight-sync seconds, ...); names and meaning are the backend's.
