@@ -2,6 +2,7 @@
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -72,7 +73,11 @@ ModelResult evaluate_model(const Options& opt, const std::string& model, const s
   // model.lora: the backend loaded the base model; it evaluates base + adapters, merged.
   std::optional<sdk::NamedTensors> lora_weights;
   if (spec.lora.enabled()) {
-    LoadedPolicy policy = load_policy(spec);
+    if (spec.lora.adapter_path.empty())
+      spdlog::warn("model.lora without adapter_path: fresh adapters (B = 0) are the base model, which is what is evaluated");
+    PolicySpec on_cpu = spec;  // merged on the host: no second copy of the model on the GPU
+    on_cpu.device = torch::kCPU;
+    LoadedPolicy policy = load_policy(on_cpu);
     lora_weights = policy.lora->merged_weights();
   }
   out.result = run_evaluation(training_job_settings(config), config, components, *files.tokenizer,

@@ -82,7 +82,12 @@ int run(const Options& opt) {
   const std::size_t merged = lora->targets().size();
   lora->merge_into_base();
   SaveOptions options;
-  options.dtype = dtype_from_name(opt.dtype.empty() ? model.config.torch_dtype : opt.dtype, "--dtype");
+  try {
+    options.dtype = opt.dtype.empty() ? dtype_from_name(model.config.torch_dtype, base + "/config.json: torch_dtype")
+                                      : dtype_from_name(opt.dtype, "--dtype");
+  } catch (const std::exception& e) {
+    throw AppError(kExitConfig, std::string(e.what()) + " (give --dtype float32 or bfloat16)");
+  }
   options.generation_config_json = model.generation_config_json;
   std::optional<Tokenizer> tokenizer;
   const std::string tokenizer_dir = fs::exists(fs::path(adapter) / "tokenizer.json") ? adapter : base;

@@ -54,10 +54,10 @@ const std::vector<ConfigKeySpec>& config_schema() {
     {"model.path",             ConfigType::kString,        "\"\"",        "Policy model: a Hugging Face folder (config.json + model.safetensors or a sharded index), or a run directory of `grpo-sft`/`grpo-run` (its newest complete checkpoint); `\"\"` = none. See docs/models.md.", {}},
     {"model.dtype",            ConfigType::kEnum,          "float32",       "Dtype the policy's weights are stored in: loaded, updated by the optimizer and checkpointed. `train.precision` chooses the compute dtype (docs/precision.md).", {"float32", "bfloat16"}},
     {"model.device",           ConfigType::kString,        "\"cpu\"",       "Where the policy, the reference model, the update and the optimizer state live: `cpu`, `cuda` (data-parallel: each rank binds `cuda:LOCAL_RANK`) or `cuda:N`. The native rollout backend's `device` defaults to it. CUDA needs a build against a CUDA LibTorch (docs/precision.md).", {}},
-    {"model.lora.r",           ConfigType::kInt,           "0",             "LoRA rank (PEFT's `r`): setting it trains low-rank adapters on the frozen base weights instead of every weight; unset (0) = full fine-tuning. The checkpoints are then PEFT adapter folders. See docs/lora.md.", {}},
+    {"model.lora.r",           ConfigType::kInt,           "null",          "LoRA rank (PEFT's `r`, >= 1): setting it trains low-rank adapters on the frozen base weights instead of every weight; `null` = full fine-tuning. The checkpoints are then PEFT adapter folders. See docs/lora.md.", {}},
     {"model.lora.lora_alpha",  ConfigType::kNumber,        "8",             "LoRA scale numerator: the update is `lora_alpha / r * B A x` (PEFT's default 8).", {}},
     {"model.lora.lora_dropout", ConfigType::kNumber,       "0.0",           "Dropout on the adapters' input in training passes (PEFT's `lora_dropout`), in [0, 1).", {}},
-    {"model.lora.target_modules", ConfigType::kStringList, "[]",            "Modules that get adapters, as PEFT matches them (a name such as `q_proj`, or a suffix such as `self_attn.q_proj`), or `all-linear` (every linear layer but `lm_head`); `[]` = PEFT's default for Qwen2/Qwen3/Llama, `[q_proj, v_proj]`.", {}},
+    {"model.lora.target_modules", ConfigType::kStringList, "[]",            "Modules that get adapters, as PEFT matches them (a name such as `q_proj`, or a suffix such as `self_attn.q_proj`), or `all-linear` (every linear layer of the decoder layers; `lm_head` cannot be adapted); `[]` = PEFT's default for Qwen2/Qwen3/Llama, `[q_proj, v_proj]`.", {}},
     {"model.lora.init_lora_weights", ConfigType::kEnum,    "true",          "Adapter A's initialization: `true` (Kaiming-uniform, PEFT's default) or `gaussian` (normal, std 1/r); B starts at 0 in both, so step 0 is the base model.", {"true", "gaussian"}},
     {"model.lora.use_rslora",  ConfigType::kBool,          "false",         "Rank-stabilized LoRA: scale by `lora_alpha / sqrt(r)` instead of `lora_alpha / r`.", {}},
     {"model.lora.adapter_path", ConfigType::kString,       "\"\"",          "A PEFT adapter folder (adapter_config.json + adapter_model.safetensors, e.g. a LoRA checkpoint of grpo-sft or grpo-run) to continue training from; its r, lora_alpha, use_rslora and target_modules apply (a value set here that differs is an error).", {}},
@@ -246,6 +246,7 @@ void check_value(const ConfigKeySpec& spec, const ConfigValue& v, const std::str
       return;
     }
     case ConfigType::kInt: {
+      if (v.is_null() && std::string(spec.default_yaml) == "null") return;  // an optional integer (model.lora.r)
       std::int64_t i = 0;
       if (!v.is_scalar() || !sdk::detail::parse_int(v.scalar(), &i))
         fail(v.location(), path, "expected an integer, got " + got);

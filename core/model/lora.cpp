@@ -67,7 +67,6 @@ std::vector<LoraTarget> linear_modules(const ModelConfig& c) {
     out.push_back({mlp + "up_proj", c.hidden_size, c.intermediate_size});
     out.push_back({mlp + "down_proj", c.intermediate_size, c.hidden_size});
   }
-  if (!c.tie_word_embeddings) out.push_back({"lm_head", c.hidden_size, c.vocab_size});
   return out;
 }
 
@@ -89,20 +88,21 @@ std::vector<LoraTarget> select_lora_targets(const ModelConfig& config, const Lor
       found = true;
     }
     if (found || all_linear) continue;
-    if (matches("lm_head", entry) && config.tie_word_embeddings)
-      throw std::invalid_argument("'" + entry + "': this " + arch +
-                                  " model ties lm_head to the input embeddings (tie_word_embeddings), so it has no "
-                                  "output projection of its own to adapt; its linear modules are " +
-                                  join(unique_short_names(modules), ", "));
+    if (matches("lm_head", entry))
+      throw std::invalid_argument(
+          "'" + entry + "': " +
+          (config.tie_word_embeddings ? "this " + arch + " model ties lm_head to the input embeddings (tie_word_embeddings)"
+                                      : std::string("the LM head's log-probs are computed from its weight in chunks, not "
+                                                    "through a projection an adapter could hook")) +
+          ", so grpo-cpp does not adapt lm_head; the linear modules LoRA can target are " +
+          join(unique_short_names(modules), ", "));
     throw std::invalid_argument("'" + entry + "' is not a linear module of this " + arch +
                                 " model; its linear modules are " + join(unique_short_names(modules), ", ") +
                                 " (or all-linear)" + did_you_mean(entry, unique_short_names(modules)));
   }
-  std::vector<LoraTarget> out;
-  for (std::size_t i = 0; i < modules.size(); ++i) {
-    if (all_linear && modules[i].module == "lm_head") continue;  // PEFT's all-linear leaves the output layer out
+  std::vector<LoraTarget> out;  // (all-linear: PEFT leaves the output layer out too)
+  for (std::size_t i = 0; i < modules.size(); ++i)
     if (all_linear || chosen[i]) out.push_back(modules[i]);
-  }
   if (out.empty()) throw std::invalid_argument("no module of this " + arch + " model is selected");
   return out;
 }
@@ -188,7 +188,7 @@ torch::Tensor LoraAdapter::apply(const torch::Tensor& x, const torch::Tensor& ba
       const torch::Tensor keep = torch::empty_like(in).bernoulli_(1.0 - dropout, *dropout_generator);
       in = in * keep.div_(1.0 - dropout);
     } else {
-      in = torch::dropout(in, dropout, /*train=*/true);  // the device's default generator (docs/lora.md)
+      in = torch::dropout(in, dropout, /*train=*/true);  // the device's own generator: not checkpointed (docs/lora.md)
     }
   }
   // B (A x) * scaling with the scale applied to the [.., r] intermediate: r columns, not out.
@@ -213,6 +213,9 @@ LoraAdapters::LoraAdapters(CausalLM model, LoraSettings settings, std::uint64_t 
   const torch::Device device = model_->lm_head_weight().device();
   at::Generator gen = at::detail::createCPUGenerator(seed);
   torch::NoGradGuard no_grad;
+  for (const LoraTarget& t : targets_)
+    if (projections.count(t.module) && projections.at(t.module)->lora())
+      throw std::invalid_argument(t.module + " has a LoRA adapter attached already (one LoraAdapters per model)");
   for (const LoraTarget& t : targets_) {
     const auto it = projections.find(t.module);
     if (it == projections.end()) throw std::logic_error("LoRA target " + t.module + " is not a projection of the model");
@@ -251,7 +254,12 @@ void LoraAdapters::detach() {
 
 std::vector<std::string> LoraAdapters::target_module_names() const {
   std::set<std::string> names;
-  for (const auto& t : targets_) names.insert(short_name(t.module));
+  const std::vector<std::string>& given = settings_.target_modules;
+  if (given.empty() || (given.size() == 1 && given[0] == kAllLinear)) {
+    for (const auto& t : targets_) names.insert(short_name(t.module));  // what PEFT saves for its default and all-linear
+  } else {
+    names.insert(given.begin(), given.end());  // as configured: "layers.0.self_attn.q_proj" stays that narrow
+  }
   return {names.begin(), names.end()};
 }
 
@@ -379,7 +387,7 @@ void LoraAdapters::save_peft_files(const std::string& dir, const std::string& ba
   atomic_write_file((fs::path(dir) / kAdapterConfigFile).string(), peft_config_json(base_model));
 }
 
-void LoraAdapters::load_peft_folder(const std::string& dir) {
+void LoraAdapters::check_peft_config(const std::string& dir) const {
   const PeftAdapterConfig config = read_peft_adapter_config(dir);
   const std::string config_path = (fs::path(dir) / kAdapterConfigFile).string();
   const LoraSettings& a = config.settings;
@@ -396,6 +404,10 @@ void LoraAdapters::load_peft_folder(const std::string& dir) {
   if (mine != theirs)
     throw std::runtime_error(config_path + ": target_modules " + join(a.target_modules, ", ") + " differ from these adapters' " +
                              join(target_module_names(), ", "));
+}
+
+void LoraAdapters::load_peft_folder(const std::string& dir) {
+  check_peft_config(dir);
   const std::string weights = (fs::path(dir) / kAdapterWeightsFile).string();
   if (!fs::exists(weights)) throw std::runtime_error(weights + ": missing");
   NamedTensorList tensors;

@@ -62,14 +62,15 @@ struct LoraTarget {
   std::int64_t in_features = 0, out_features = 0;
 };
 
-// The linear modules of a model with this config.json, in model order (lm_head last, absent
-// when tied), computed from the config alone (no weights).
+// The linear modules of a model with this config.json LoRA can adapt, in model order: the
+// decoder layers' q/k/v/o and gate/up/down (not lm_head: its log-probs are computed from its
+// weight in chunks, core/model/logprobs.h, not through Projection::forward), from the config
+// alone (no weights).
 std::vector<LoraTarget> linear_modules(const ModelConfig& config);
 
 // The modules `settings.target_modules` selects among linear_modules(config). Throws
 // std::invalid_argument when an entry matches no module (the message lists the model's
-// module names), when lm_head is asked for on a model whose head is tied to the embeddings,
-// or when nothing is selected.
+// module names), when lm_head is asked for, or when nothing is selected.
 std::vector<LoraTarget> select_lora_targets(const ModelConfig& config, const LoraSettings& settings);
 
 // A PEFT adapter folder's adapter_config.json: the settings it describes (r, lora_alpha,
@@ -124,7 +125,8 @@ class LoraAdapters {
 
   const LoraSettings& settings() const { return settings_; }
   const std::vector<LoraTarget>& targets() const { return targets_; }
-  // The short module names targeted ("q_proj", ...), sorted: adapter_config.json's target_modules.
+  // adapter_config.json's target_modules, sorted: the short names ("q_proj", ...) of the modules
+  // for all-linear and PEFT's default, else the entries as configured (as PEFT saves them).
   std::vector<std::string> target_module_names() const;
 
   // lora_A and lora_B of every target, in target order: what the optimizer trains.
@@ -144,8 +146,10 @@ class LoraAdapters {
   void save_peft_files(const std::string& dir, const std::string& base_model) const;
   // The adapter_config.json text for these adapters.
   std::string peft_config_json(const std::string& base_model) const;
-  // Reads DIR's adapter_model.safetensors into the adapters after checking that DIR's
-  // adapter_config.json describes them (rank, alpha, targets): errors name the file.
+  // Checks that DIR's adapter_config.json describes these adapters (rank, scaling, targets):
+  // std::runtime_error naming the file otherwise.
+  void check_peft_config(const std::string& dir) const;
+  // Reads DIR's adapter_model.safetensors into the adapters after check_peft_config.
   void load_peft_folder(const std::string& dir);
 
   // W + scaling * B A of every targeted weight, under the base weight's Hugging Face name

@@ -21,9 +21,11 @@ bool set_by_user(const sdk::ConfigValue* node) {
   return node && node->location().known() && node->location().file != "<default>";
 }
 
-// LoRA is on when model.lora.r is set or an adapter is continued.
+// LoRA is on when model.lora.r is given (not null) or an adapter is continued. (A run's
+// effective_config.yaml spells every default out, r: null included, and must load as it ran.)
 bool lora_requested(const sdk::ConfigValue& root) {
-  return set_by_user(find_config_node(root, {"model", "lora", "r"})) ||
+  const sdk::ConfigValue* r = find_config_node(root, {"model", "lora", "r"});
+  return (r && !r->is_null()) ||
          !sdk::ConfigView(find_config_node(root, {"model", "lora"}), "model.lora").get_string("adapter_path", "").empty();
 }
 
@@ -34,10 +36,18 @@ LoraSettings lora_settings(const sdk::ConfigValue& root, std::vector<std::string
   auto node = [&](const char* key) { return find_config_node(root, {"model", "lora", key}); };
   LoraSettings s;
   s.adapter_path = lora.get_string("adapter_path", "");
-  const bool rank_given = set_by_user(node("r"));
+  const bool rank_given = node("r") && !node("r")->is_null();
   if (!lora_requested(root)) {
-    for (const char* key : {"lora_alpha", "lora_dropout", "target_modules", "init_lora_weights", "use_rslora"})
-      if (set_by_user(node(key)))
+    // A key given a value other than its default means LoRA was meant (an effective config
+    // spells the defaults out: those are fine).
+    const std::pair<const char*, bool> changed[] = {
+        {"lora_alpha", lora.get_double("lora_alpha", 8.0) != 8.0},
+        {"lora_dropout", lora.get_double("lora_dropout", 0.0) != 0.0},
+        {"target_modules", !lora.get_string_list("target_modules", {}).empty()},
+        {"init_lora_weights", lora.get_string("init_lora_weights", "true") != "true"},
+        {"use_rslora", lora.get_bool("use_rslora", false)}};
+    for (const auto& [key, differs] : changed)
+      if (differs && set_by_user(node(key)))
         fail_at_key(node(key), std::string("model.lora.") + key,
                     "is set, but LoRA is off: set model.lora.r (the adapters' rank, e.g. 16) to train adapters, or "
                     "model.lora.adapter_path to continue from a PEFT adapter");

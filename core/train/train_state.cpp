@@ -174,6 +174,7 @@ void read_checkpoint(const fs::path& d, const CheckpointContents& c, CheckpointD
                           "without model.lora, or start the adapters from scratch in a new run.output_dir");
   try {
     if (c.lora) {
+      c.lora->check_peft_config(d.string());  // rank, scaling and targets as this run's
       const fs::path weights = d / kAdapterWeightsFile;
       out.policy = load_safetensors(weights.string());
       check_peft_tensors((*c.policy)->config(), c.lora->settings(), out.policy, weights.string());

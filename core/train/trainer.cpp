@@ -188,7 +188,15 @@ void Trainer::resume_or_start() {
   contents_.generation_config_json = policy_.model.generation_config_json;
   resumed_ = s_.resume && resume_from_checkpoint(config_, s_.run_dir, s_.seed, s_.resume_from, contents_, state_);
   main_rank_ = !dist_ || dist_->is_main();
-  if (dist_) check_ranks_agree(*dist_, config_, resumed_ ? state_.step : 0, model_);
+  if (dist_) {
+    check_ranks_agree(*dist_, config_, resumed_ ? state_.step : 0, model_);
+    if (lora_) {  // seeded alike on every rank; rank 0's all the same, as for the weights
+      torch::NoGradGuard no_grad;
+      std::vector<at::Tensor> adapters;
+      for (const auto& p : lora_->parameters()) adapters.push_back(p.detach());
+      dist_->train().broadcast(adapters, 0, "initial LoRA adapters from rank 0");
+    }
+  }
 }
 
 // Gradients all-reduced in buckets while backward runs (core/dist/gradient_reducer.h).

@@ -328,6 +328,9 @@ TEST(Lora, ErrorsNameTheModelsModules) {
   s.target_modules = {"lm_head"};
   e = error_of([&] { LoraAdapters a(qwen2.model, s, 0); });
   EXPECT_NE(e.find("ties lm_head to the input embeddings"), std::string::npos) << e;
+  LoadedModel llama = load_model(fixture_dir("llama"));  // untied: lm_head is a projection of its own
+  e = error_of([&] { LoraAdapters a(llama.model, s, 0); });
+  EXPECT_NE(e.find("computed from its weight in chunks"), std::string::npos) << e;
   s.target_modules = {"q_proj"};
   s.r = 0;
   e = error_of([&] { LoraAdapters a(qwen2.model, s, 0); });
@@ -351,6 +354,33 @@ TEST(Lora, ErrorsNameTheModelsModules) {
   extra.emplace_back("base_model.model.model.layers.0.mlp.up_proj.lora_A.weight", torch::zeros({2, 64}));
   e = error_of([&] { on_qwen2.load_peft_state(extra, "x.safetensors"); });
   EXPECT_NE(e.find("not LoRA adapters of this Qwen2ForCausalLM model's targets (q_proj, v_proj)"), std::string::npos) << e;
+}
+
+// A narrowed target ("layers.0.self_attn.q_proj") adapts that module only and is saved as
+// configured, as PEFT saves target_modules, so the folder loads back onto the same modules.
+TEST(Lora, NarrowTargetsAreSavedAsConfigured) {
+  const std::string out = fresh_test_dir("lora");
+  LoadedModel m = load_model(fixture_dir("qwen2"));
+  LoraSettings s;
+  s.r = 2;
+  s.target_modules = {"layers.0.self_attn.q_proj"};
+  LoraAdapters lora(m.model, s, 1);
+  ASSERT_EQ(lora.targets().size(), 1u);
+  EXPECT_EQ(lora.targets()[0].module, "model.layers.0.self_attn.q_proj");
+  lora.save_peft_files(out, "base");
+  const auto j = nlohmann::json::parse(read_file(out + "/adapter_config.json"));
+  EXPECT_EQ(j.at("target_modules"), nlohmann::json({"layers.0.self_attn.q_proj"}));
+  LoadedModel m2 = load_model(fixture_dir("qwen2"));
+  LoraAdapters again(m2.model, read_peft_adapter_config(out).settings, 2);
+  again.load_peft_folder(out);
+  EXPECT_EQ(again.targets().size(), 1u);
+  // One set of adapters per model.
+  try {
+    LoraAdapters twice(m2.model, s, 3);
+    ADD_FAILURE() << "a second LoraAdapters attached";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("attached already"), std::string::npos) << e.what();
+  }
 }
 
 // adapter_config.json features grpo-cpp does not implement are refused, naming the file.

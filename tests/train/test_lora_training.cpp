@@ -75,6 +75,11 @@ TEST(LoraTraining, KilledRunResumesToBitIdenticalAdapters) {
 
   expect_killed_run_resumes_exactly(common, full_dir, dir + "/cut", 3, 6, "adapter_model.safetensors");
 
+  // Resuming with another scale than the checkpoint's adapter_config.json is refused.
+  out = run_grpo(common + " --set model.lora.lora_alpha=16 --set run.output_dir=" + full_dir + " --resume", &code);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("differs from these adapters'"), std::string::npos) << out;
+
   // Resuming a LoRA run without model.lora is refused, naming why.
   out = run_grpo("--config " + config + " --set train.steps=6 --set run.output_dir=" + full_dir + " --resume", &code);
   EXPECT_NE(code, 0) << out;
@@ -195,6 +200,18 @@ TEST(LoraTraining, BadSettingsAreConfigurationErrors) {
     const auto r = validate(c.sets);
     EXPECT_EQ(r.exit_code, 3) << r.output;
     EXPECT_NE(r.output.find(c.expected), std::string::npos) << r.output;
+  }
+  // A run's effective configuration (every default spelled out, model.lora.r: null included)
+  // loads back, with LoRA and without.
+  for (const std::string sets : {"", " --set model.lora.r=4"}) {
+    const auto printed = run_command(std::string(GRPO_RUN_BINARY) + " --print-config --config " + config + sets + " 2>/dev/null");
+    ASSERT_EQ(printed.exit_code, 0) << printed.output;
+    {
+      std::ofstream(dir + "/effective.yaml") << printed.output;
+    }
+    const auto again = run_command(std::string(GRPO_RUN_BINARY) + " --validate --config " + dir + "/effective.yaml 2>&1");
+    EXPECT_EQ(again.exit_code, 0) << sets << "\n" << again.output;
+    EXPECT_EQ(again.output.find("lora:") != std::string::npos, !sets.empty()) << again.output;
   }
   // A correct adapter of this model validates.
   const auto ok = validate("--set model.path=" + rollout_model_dir("llama") + " --set model.lora.adapter_path=" + llama_adapter);
