@@ -12,7 +12,6 @@
 #include <iomanip>
 #include <iostream>
 #include <optional>
-#include <set>
 #include <sstream>
 
 #include "apps/cli/app_common.h"
@@ -63,9 +62,7 @@ std::string lora_summary(const PolicySpec& policy, const PolicyFiles& files) {
   std::string line = "lora: r " + std::to_string(policy.lora.r) + ", scaling " + std::to_string(policy.lora.scaling());
   if (!policy.model_path.empty()) {
     const auto targets = select_lora_targets(files.model_config, policy.lora);  // checked by check_policy_files
-    std::set<std::string> names;
-    for (const auto& t : targets) names.insert(t.module.substr(t.module.rfind('.') + 1));
-    line += ", " + std::to_string(targets.size()) + " modules (" + join({names.begin(), names.end()}, ", ") + ")";
+    line += ", " + std::to_string(targets.size()) + " modules (" + join(short_module_names(targets), ", ") + ")";
   }
   if (!policy.lora.adapter_path.empty()) line += ", continuing " + policy.lora.adapter_path;
   return line + "; the KL reference, if any, is the base with the adapters off\n";

@@ -30,15 +30,6 @@ std::string short_name(const std::string& module) {
   return dot == std::string::npos ? module : module.substr(dot + 1);
 }
 
-std::vector<std::string> unique_short_names(const std::vector<LoraTarget>& modules) {
-  std::vector<std::string> names;
-  for (const auto& m : modules) {
-    const std::string s = short_name(m.module);
-    if (std::find(names.begin(), names.end(), s) == names.end()) names.push_back(s);
-  }
-  return names;
-}
-
 // PEFT's check_target_module_exists for a list: the module's name is the entry, or ends with "." + entry.
 bool matches(const std::string& module, const std::string& entry) {
   return module == entry || ends_with(module, "." + entry);
@@ -47,6 +38,15 @@ bool matches(const std::string& module, const std::string& entry) {
 std::string peft_name(const std::string& module, const char* which) { return kPeftPrefix + module + "." + which + ".weight"; }
 
 }  // namespace
+
+std::vector<std::string> short_module_names(const std::vector<LoraTarget>& modules) {
+  std::vector<std::string> names;
+  for (const auto& m : modules) {
+    const std::string s = short_name(m.module);
+    if (std::find(names.begin(), names.end(), s) == names.end()) names.push_back(s);
+  }
+  return names;
+}
 
 double LoraSettings::scaling() const {
   if (r <= 0) return 0.0;
@@ -95,10 +95,10 @@ std::vector<LoraTarget> select_lora_targets(const ModelConfig& config, const Lor
                                       : std::string("the LM head's log-probs are computed from its weight in chunks, not "
                                                     "through a projection an adapter could hook")) +
           ", so grpo-cpp does not adapt lm_head; the linear modules LoRA can target are " +
-          join(unique_short_names(modules), ", "));
+          join(short_module_names(modules), ", "));
     throw std::invalid_argument("'" + entry + "' is not a linear module of this " + arch +
-                                " model; its linear modules are " + join(unique_short_names(modules), ", ") +
-                                " (or all-linear)" + did_you_mean(entry, unique_short_names(modules)));
+                                " model; its linear modules are " + join(short_module_names(modules), ", ") +
+                                " (or all-linear)" + did_you_mean(entry, short_module_names(modules)));
   }
   std::vector<LoraTarget> out;  // (all-linear: PEFT leaves the output layer out too)
   for (std::size_t i = 0; i < modules.size(); ++i)
@@ -291,11 +291,10 @@ void check_peft_tensors(const ModelConfig& config, const LoraSettings& settings,
                         const std::string& source) {
   const std::string arch = architecture_name(config.architecture);
   std::map<std::string, std::vector<std::int64_t>> wanted;
-  std::set<std::string> short_names;
-  for (const LoraTarget& t : select_lora_targets(config, settings)) {
+  const std::vector<LoraTarget> targets = select_lora_targets(config, settings);
+  for (const LoraTarget& t : targets) {
     wanted[peft_name(t.module, "lora_A")] = {settings.r, t.in_features};
     wanted[peft_name(t.module, "lora_B")] = {t.out_features, settings.r};
-    short_names.insert(short_name(t.module));
   }
   std::set<std::string> seen;
   std::vector<std::string> unexpected;
@@ -315,7 +314,7 @@ void check_peft_tensors(const ModelConfig& config, const LoraSettings& settings,
   if (!unexpected.empty()) {
     std::vector<std::string> head(unexpected.begin(), unexpected.begin() + std::min<std::size_t>(unexpected.size(), 3));
     throw std::runtime_error(source + ": " + std::to_string(unexpected.size()) + " tensor(s) are not LoRA adapters of this " +
-                             arch + " model's targets (" + join({short_names.begin(), short_names.end()}, ", ") + "), e.g. " +
+                             arch + " model's targets (" + join(short_module_names(targets), ", ") + "), e.g. " +
                              join(head, ", ") + ": an adapter for another architecture or other target_modules");
   }
   std::vector<std::string> missing;

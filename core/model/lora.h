@@ -68,6 +68,9 @@ struct LoraTarget {
 // alone (no weights).
 std::vector<LoraTarget> linear_modules(const ModelConfig& config);
 
+// The short names ("q_proj", ...) of `modules`, each once, in model order.
+std::vector<std::string> short_module_names(const std::vector<LoraTarget>& modules);
+
 // The modules `settings.target_modules` selects among linear_modules(config). Throws
 // std::invalid_argument when an entry matches no module (the message lists the model's
 // module names), when lm_head is asked for, or when nothing is selected.
