@@ -2,8 +2,9 @@
 # the quickstart needs and runs it (docs/quickstart.md); `make test` installs dependencies,
 # configures, builds and runs every test. Variables: BUILD_DIR, BUILD_TYPE, JOBS, CMAKE_ARGS;
 # for the demo also ALGO (a preset of configs/algorithms/, default grpo), ARGS (options
-# for grpo-run, e.g. ARGS="--set train.steps=80") and LORA=1 (GRPO trains LoRA adapters:
-# configs/quickstart-lora.yaml, docs/lora.md).
+# for grpo-run, e.g. ARGS="--set train.steps=80"), LORA=1 (GRPO trains LoRA adapters:
+# configs/quickstart-lora.yaml, docs/lora.md) and PYTHON_REWARD=1 (the math reward as a Python
+# function: configs/quickstart-python-reward.yaml, docs/python-rewards.md).
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
@@ -28,9 +29,10 @@ test: build
 ALGO ?= grpo
 ARGS ?=
 LORA ?=
+PYTHON_REWARD ?=
 demo: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target demo-programs
-	LORA=$(LORA) ./scripts/demo.sh $(BUILD_DIR) $(ALGO) $(ARGS)
+	LORA=$(LORA) PYTHON_REWARD=$(PYTHON_REWARD) ./scripts/demo.sh $(BUILD_DIR) $(ALGO) $(ARGS)
 
 # Benchmarks (not part of `make test`): each prints `name: value` headline lines.
 bench: build

@@ -12,6 +12,9 @@
 # (configs/quickstart-lora.yaml, docs/lora.md) in runs/quickstart-ALGO-lora, and the last
 # adapter is merged with grpo-export --merge into runs/quickstart-ALGO-lora/merged, which is
 # what step 4 evaluates.
+# PYTHON_REWARD=1 (`make demo PYTHON_REWARD=1`): GRPO learns from the same math reward written
+# in Python (configs/quickstart-python-reward.yaml, docs/python-rewards.md), in
+# runs/quickstart-ALGO-pyreward; step 4 still judges with the C++ math verifier.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +39,14 @@ elif [ -n "${LORA:-}" ] && [ "${LORA}" != 0 ]; then
   echo "demo: LORA is '$LORA' (expected 1, or 0 / unset for full fine-tuning)" >&2
   exit 2
 fi
+reward_config=()
+if [ "${PYTHON_REWARD:-}" = 1 ]; then
+  run_dir=$run_dir-pyreward
+  reward_config=(--config configs/quickstart-python-reward.yaml)
+elif [ -n "${PYTHON_REWARD:-}" ] && [ "${PYTHON_REWARD}" != 0 ]; then
+  echo "demo: PYTHON_REWARD is '$PYTHON_REWARD' (expected 1, or 0 / unset for the C++ math verifier)" >&2
+  exit 2
+fi
 start=$(date +%s)
 
 echo "== 1/4 data: grpo-data arithmetic --output $data"
@@ -45,9 +56,10 @@ echo "== 2/4 sft: grpo-sft --config configs/quickstart-sft.yaml"
 rm -rf "$sft_dir"
 "$bin/grpo-sft" --config configs/quickstart-sft.yaml
 
-echo "== 3/4 grpo: grpo-run --config configs/quickstart.yaml --config $preset ${lora_config[*]} $*"
+echo "== 3/4 grpo: grpo-run --config configs/quickstart.yaml --config $preset ${lora_config[*]} ${reward_config[*]} $*"
 rm -rf "$run_dir"
-"$bin/grpo-run" --config configs/quickstart.yaml --config "$preset" "${lora_config[@]}" --set "run.output_dir=$run_dir" "$@"
+"$bin/grpo-run" --config configs/quickstart.yaml --config "$preset" "${lora_config[@]}" "${reward_config[@]}" \
+  --set "run.output_dir=$run_dir" "$@"
 eval_model=$run_dir
 if [ ${#lora_config[@]} -gt 0 ]; then
   echo "== 3b/4 merge: grpo-export --merge $run_dir --output $run_dir/merged"

@@ -28,7 +28,8 @@ PACKAGES=(
   # verifiers: GiNaC is the CAS behind the math verifier's symbolic equivalence; CLD2 detects
   # the response language for ifeval (it agreed with the reference's langdetect on 31/31
   # language instructions); bubblewrap builds code_exec's sandbox (namespaces, read-only /usr,
-  # private /tmp, no network); python3 runs the sandboxed programs
+  # private /tmp, no network), also for python_reward's workers; python3 runs the sandboxed
+  # programs and the Python reward functions
   libginac-dev libcld2-dev bubblewrap python3
   # the curves PNG of a run (core/metrics/plot.cpp draws with cairo; DejaVu Sans labels;
   # pkg-config finds cairo for CMake)

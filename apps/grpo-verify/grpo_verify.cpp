@@ -120,14 +120,23 @@ int run(const Options& opt) {
   std::vector<Item> items;
   for (const JsonlLine& line : read_jsonl_lines(opt.input, "--input")) items.push_back(parse_line(line.text, line.line));
 
-  // One instance per verifier name: the config's entry when it names it, else the defaults.
-  std::map<std::string, std::shared_ptr<sdk::Verifier>> verifiers;
+  // One instance per verifier name: the config's entry when it names it (or, for an entry
+  // with a `label`, when one of its labels is the name), else the defaults. Each is keyed by
+  // the name the lines use, so that a line's label selects exactly its entry.
+  std::map<std::string, VerifierSlot> verifiers;
   RuntimeComponents configured = create_components(registry, config);
-  for (const auto& slot : configured.verifiers) verifiers.emplace(slot.name, slot.verifier);
+  for (const auto& slot : configured.verifiers) {
+    for (const std::string& key : slot.labels.empty() ? std::vector<std::string>{slot.name} : slot.labels) {
+      VerifierSlot keyed = slot;
+      keyed.name = key;
+      keyed.labels.clear();
+      verifiers.emplace(key, std::move(keyed));
+    }
+  }
   for (const auto& item : items)
     if (item.error.empty() && !verifiers.count(item.verifier))
-      verifiers[item.verifier] = registry.create_verifier(item.verifier, nullptr, "line " + std::to_string(item.line) +
-                                                                                     " verifier");
+      verifiers[item.verifier] =
+          create_verifier_slot(registry, item.verifier, nullptr, "line " + std::to_string(item.line) + " verifier");
 
   // Scoring goes through the trainer's VerifierPool, so a line is judged exactly as a rollout
   // would be: the same per-call timeout, a throwing or hung verifier scored 0 with the reason,
@@ -138,7 +147,10 @@ int run(const Options& opt) {
   if (opt.timeout_s > 0) reward.timeout_s = opt.timeout_s;
   reward.format_verifier.clear();  // every verifier is judged on its own here
   std::vector<VerifierSlot> slots;
-  for (const auto& [name, verifier] : verifiers) slots.push_back(VerifierSlot{name, "", 1.0, verifier});
+  for (const auto& [name, slot] : verifiers) {
+    slots.push_back(slot);
+    slots.back().weight = 1.0;
+  }
   std::vector<Group> groups;
   std::vector<std::string> prompts;
   std::vector<std::size_t> group_of(items.size(), SIZE_MAX);

@@ -24,7 +24,7 @@ const std::vector<ConfigKeySpec>& config_schema() {
     {"log.file",               ConfigType::kString,        "\"run.log\"",   "Log file, relative to `run.output_dir`; `\"\"` disables the file log.", {}},
     {"plugins.paths",          ConfigType::kStringList,    "[]",            "Directories searched first for `libgrpo_<name>.so`.", {}},
     {"plugins.load",           ConfigType::kStringList,    "[]",            "Plugin files (paths) or plugin names loaded at start-up.", {}},
-    {"verifiers",              ConfigType::kComponentList, "[]",            "Reward verifiers: each entry has a `name`, an optional `weight` (a number, default 1.0) and the verifier's own options.", {}},
+    {"verifiers",              ConfigType::kComponentList, "[]",            "Reward verifiers: each entry has a `name`, an optional `weight` (a number, default 1.0), an optional `label` (a row label or a list of them: the rows the entry scores, instead of the rows labelled with its name; several entries of one verifier, e.g. python_reward, serve different datasets) and the verifier's own options.", {}},
     {"algorithm.advantage",    ConfigType::kComponent,     "null",          "Advantage estimator component.", {}},
     {"algorithm.policy_loss",  ConfigType::kComponent,     "null",          "Policy loss component.", {}},
     {"algorithm.kl_estimator", ConfigType::kComponent,     "null",          "KL estimator component.", {}},

@@ -448,7 +448,8 @@ void reject_unread_options(const sdk::ConfigValue& node, const std::string& path
 
 std::shared_ptr<void> PluginRegistry::create(sdk::ComponentKind kind, const std::string& name,
                                              const sdk::ConfigValue* config, const std::string& key_path,
-                                             const std::vector<std::string>& host_keys) {
+                                             const std::vector<std::string>& host_keys,
+                                             std::uint32_t* plugin_abi_minor) {
   const Component* c = nullptr;
   {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
@@ -476,6 +477,7 @@ std::shared_ptr<void> PluginRegistry::create(sdk::ComponentKind kind, const std:
   }
   if (!object) throw PluginError(key_path + ": cannot create " + label + ": the factory returned no object");
   reject_unread_options(*node, key_path, label);
+  if (plugin_abi_minor) *plugin_abi_minor = c->library->manifest->abi_minor;
 
   // The returned pointer also owns a reference to the library its code lives in.
   struct Holder {

@@ -84,9 +84,12 @@ class PluginRegistry {
   // ("verifiers[0]"), used in every message. Keys listed in `host_keys` belong to the host
   // (e.g. "name", "weight"); any other key the factory did not read is an unknown option.
   // Throws PluginError (resolution, load, factory failure) or sdk::ConfigError (the
-  // component rejected its configuration, or an unknown option).
+  // component rejected its configuration, or an unknown option). `plugin_abi_minor`, when
+  // given, receives the ABI minor the providing plugin was built for: interface functions
+  // appended in a later minor exist only in objects of plugins of that minor or newer.
   std::shared_ptr<void> create(sdk::ComponentKind kind, const std::string& name, const sdk::ConfigValue* config,
-                               const std::string& key_path, const std::vector<std::string>& host_keys = {"name"});
+                               const std::string& key_path, const std::vector<std::string>& host_keys = {"name"},
+                               std::uint32_t* plugin_abi_minor = nullptr);
 
   template <class Interface>
   std::shared_ptr<Interface> create(const std::string& name, const sdk::ConfigValue* config,
@@ -98,8 +101,11 @@ class PluginRegistry {
 
   std::shared_ptr<sdk::Verifier> create_verifier(const std::string& name, const sdk::ConfigValue* config,
                                                  const std::string& key_path) {
-    return create<sdk::Verifier>(name, config, key_path, {"name", "weight"});
+    return create<sdk::Verifier>(name, config, key_path, verifier_host_keys());
   }
+
+  // The keys of a `verifiers` entry that belong to the host, not to the verifier.
+  static std::vector<std::string> verifier_host_keys() { return {"name", "weight", "label"}; }
 
   struct Library;  // a mapped plugin file (opaque; process-wide, never unloaded)
 
@@ -122,6 +128,6 @@ class PluginRegistry {
 };
 
 // The host's own ABI facts, for messages and --version.
-std::string host_abi_string();  // "1.0"
+std::string host_abi_string();  // "1.1"
 
 }  // namespace grpo::core

@@ -94,18 +94,44 @@ void load_configured_plugins(PluginRegistry& registry, const sdk::ConfigValue& r
   }
 }
 
+VerifierSlot create_verifier_slot(PluginRegistry& registry, const std::string& name, const sdk::ConfigValue* options,
+                                  const std::string& key_path) {
+  VerifierSlot slot;
+  slot.name = name;
+  slot.key_path = key_path;
+  if (options) {
+    const sdk::ConfigView view(options, key_path);
+    slot.weight = view.get_double("weight", 1.0);
+    slot.labels = view.get_string_list("label", {});
+    for (std::size_t i = 0; i < slot.labels.size(); ++i)
+      if (slot.labels[i].empty())
+        view.fail("label", "a label must be a non-empty string (rows without a label are scored by every verifier)");
+    if (const sdk::ConfigValue* label = options->find("label"); label && label->is_sequence() && slot.labels.empty())
+      view.fail("label", "expected a label or a non-empty list of labels, got an empty list");
+  }
+  std::uint32_t abi_minor = 0;
+  slot.verifier = std::static_pointer_cast<sdk::Verifier>(registry.create(
+      sdk::ComponentKind::kVerifier, name, options, key_path, PluginRegistry::verifier_host_keys(), &abi_minor));
+  // A plugin built for ABI 1.0 has no such vtable slots: calling them would jump into
+  // whatever follows verify() in its vtable.
+  if (abi_minor >= 1) {
+    slot.score_range = slot.verifier->score_range();
+    if (slot.score_range != sdk::ScoreRange::kUnit && slot.score_range != sdk::ScoreRange::kUnbounded)
+      throw PluginError(key_path + ": verifier '" + name + "' declares an unknown score range (" +
+                        std::to_string(static_cast<std::uint32_t>(slot.score_range)) + ")");
+    slot.concurrent_calls = slot.verifier->concurrent_calls();
+  }
+  return slot;
+}
+
 RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigValue& root) {
   RuntimeComponents out;
   if (const sdk::ConfigValue* list = find_config_node(root, {"verifiers"}); list && list->is_sequence()) {
     for (std::size_t i = 0; i < list->items().size(); ++i) {
       const sdk::ConfigValue& node = list->items()[i];
-      VerifierSlot slot;
-      slot.key_path = "verifiers[" + std::to_string(i) + "]";
-      slot.name = component_name(node, slot.key_path);
-      const sdk::ConfigValue* options = node.is_map() ? &node : nullptr;
-      if (options) slot.weight = sdk::ConfigView(options, slot.key_path).get_double("weight", 1.0);
-      slot.verifier = registry.create_verifier(slot.name, options, slot.key_path);
-      out.verifiers.push_back(std::move(slot));
+      const std::string key_path = "verifiers[" + std::to_string(i) + "]";
+      out.verifiers.push_back(
+          create_verifier_slot(registry, component_name(node, key_path), node.is_map() ? &node : nullptr, key_path));
     }
   }
   // Construction order: the backend first (it loads the model), then the algorithm.

@@ -3,6 +3,7 @@
 // and by the trainer, so that a config that validates is a config that runs.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,12 @@ struct VerifierSlot {
   std::string key_path;  // "verifiers[0]"
   double weight = 1.0;
   std::shared_ptr<sdk::Verifier> verifier;
+  // The entry's `label` (a string or a list): the row labels it answers to instead of its
+  // name, so that several entries of one verifier (python_reward) serve different datasets.
+  std::vector<std::string> labels;
+  // Read once from the verifier (ABI 1.1; the defaults for plugins of ABI minor 0).
+  sdk::ScoreRange score_range = sdk::ScoreRange::kUnit;
+  std::uint32_t concurrent_calls = 0;
 };
 
 // One configured component: what the config named, where, and the object (null when the slot
@@ -61,6 +68,12 @@ void load_configured_plugins(PluginRegistry& registry, const sdk::ConfigValue& r
 // `scaled` (the trainer's log-probs use the sampling temperature). Options the config gives win.
 // Used by grpo-run's --validate and by the run, so both construct the same components.
 void fill_rollout_backend_defaults(sdk::ConfigValue& root);
+
+// Constructs one `verifiers` entry (`options`: its map, or nullptr for the defaults): reads
+// the host keys `weight` and `label`, creates the verifier and reads its ABI 1.1 facts
+// (score_range, concurrent_calls) when its plugin was built for ABI minor >= 1.
+VerifierSlot create_verifier_slot(PluginRegistry& registry, const std::string& name, const sdk::ConfigValue* options,
+                                  const std::string& key_path);
 
 // Constructs every configured component. Throws PluginError or sdk::ConfigError.
 RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigValue& root);

@@ -52,6 +52,8 @@ struct Call {
   std::shared_ptr<const std::string> prompt, metadata;  // shared by the calls of one group
   std::string completion, ground_truth, dataset;
   bool finished = true;
+  bool unbounded = false;  // the verifier's ScoreRange is kUnbounded
+  double timeout_s = 0.0;  // this call's limit (verifier_call_timeout)
   std::shared_ptr<Batch> batch;
 
   // Guarded by batch->mutex.
@@ -93,12 +95,14 @@ void run_call(Call& call, const std::shared_ptr<WorkerControl>& self) {
   bool failed = false;
   try {
     sdk::VerifierResult result = call.verifier->verify(input);
-    if (std::isfinite(result.score) && result.score >= 0.0 && result.score <= 1.0) {
+    if (std::isfinite(result.score) && (call.unbounded || (result.score >= 0.0 && result.score <= 1.0))) {
       score = result.score;
       details = std::move(result.details);
     } else {
       failed = true;
-      details = "verifier returned score " + number_text(result.score) + ", outside [0, 1]";
+      details = "verifier returned score " + number_text(result.score) +
+                (call.unbounded ? ", not a finite number" : ", outside [0, 1]");
+      if (!result.details.empty()) details += "; details: " + result.details;
     }
   } catch (const std::exception& e) {
     failed = true;
@@ -144,6 +148,18 @@ bool verifier_name_matches(const std::string& configured_name, const std::string
   return slash != std::string::npos && configured_name.compare(slash + 1, std::string::npos, label) == 0;
 }
 
+double verifier_call_timeout(const VerifierSlot& slot, double timeout_s, std::size_t threads) {
+  if (slot.concurrent_calls <= threads || threads == 0) return timeout_s;
+  const std::size_t waves = (std::min<std::size_t>(slot.concurrent_calls, kMaxVerifierThreads) + threads - 1) / threads;
+  return timeout_s * static_cast<double>(waves);
+}
+
+bool slot_answers_to(const VerifierSlot& slot, const std::string& label) {
+  if (label.empty()) return false;
+  if (!slot.labels.empty()) return std::find(slot.labels.begin(), slot.labels.end(), label) != slot.labels.end();
+  return verifier_name_matches(slot.name, label);
+}
+
 std::optional<std::size_t> format_verifier_slot(const std::vector<VerifierSlot>& verifiers, const RewardOptions& options) {
   if (options.format_verifier.empty()) return std::nullopt;
   for (std::size_t i = 0; i < verifiers.size(); ++i)
@@ -157,7 +173,7 @@ std::vector<std::size_t> selected_verifier_slots(const std::string& label, const
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < verifiers.size(); ++i) {
     if (format && *format == i) continue;
-    if (label.empty() || verifier_name_matches(verifiers[i].name, label)) out.push_back(i);
+    if (label.empty() || slot_answers_to(verifiers[i], label)) out.push_back(i);
   }
   return out;
 }
@@ -165,8 +181,12 @@ std::vector<std::size_t> selected_verifier_slots(const std::string& label, const
 void check_verifier_labels(const std::vector<Example>& examples, const std::vector<VerifierSlot>& verifiers,
                            const RewardOptions& options) {
   std::vector<std::string> names;
-  for (const auto& v : verifiers) names.push_back(v.name);
-  const std::string configured = names.empty() ? "none" : join(names, ", ");
+  std::vector<std::string> described;  // with their labels
+  for (const auto& v : verifiers) {
+    names.push_back(v.name);
+    described.push_back(v.labels.empty() ? v.name : v.name + " (label: " + join(v.labels, ", ") + ")");
+  }
+  const std::string configured = described.empty() ? "none" : join(described, ", ");
   const std::optional<std::size_t> format = format_verifier_slot(verifiers, options);
   if (!options.format_verifier.empty() && !format)
     throw std::invalid_argument("reward.format_verifier \"" + options.format_verifier +
@@ -201,7 +221,10 @@ void check_verifier_labels(const std::vector<Example>& examples, const std::vect
   if (unmatched.empty()) return;
   std::vector<std::string> selectable;  // what a label may name
   for (std::size_t i = 0; i < verifiers.size(); ++i)
-    if (!(format && *format == i)) selectable.push_back(verifiers[i].name);
+    if (!(format && *format == i)) {
+      if (verifiers[i].labels.empty()) selectable.push_back(verifiers[i].name);
+      else selectable.insert(selectable.end(), verifiers[i].labels.begin(), verifiers[i].labels.end());
+    }
   const Unmatched& first = unmatched.at(first_label);
   std::string message = first.first_row + ": verifier label \"" + first_label +
                         "\" selects no configured verifier (verifier name not registered)" +
@@ -233,7 +256,8 @@ struct Planned {
 // One planned call per (sample, target, selected verifier), then the format call.
 std::vector<Planned> plan_calls(const std::vector<Group>& groups, const std::vector<std::string>& prompt_texts,
                                 const std::vector<VerifierSlot>& verifiers, const RewardOptions& options,
-                                const std::optional<std::size_t>& format, const std::shared_ptr<Batch>& batch) {
+                                const std::optional<std::size_t>& format, const std::shared_ptr<Batch>& batch,
+                                const std::vector<double>& slot_timeouts) {
   std::vector<Planned> plan;
   std::map<std::string, std::vector<std::size_t>> routes;  // label -> selected slots
   for (std::size_t gi = 0; gi < groups.size(); ++gi) {
@@ -253,6 +277,8 @@ std::vector<Planned> plan_calls(const std::vector<Group>& groups, const std::vec
         call->ground_truth = target ? target->ground_truth : std::string("null");
         call->dataset = target ? target->label : std::string();
         call->finished = sample.finished;
+        call->unbounded = verifiers[slot].score_range == sdk::ScoreRange::kUnbounded;
+        call->timeout_s = slot_timeouts[slot];
         call->batch = batch;
         plan.push_back({gi, si, slot, is_format, std::move(call)});
       };
@@ -285,7 +311,7 @@ ScoringStats collect_verdicts(const std::vector<Planned>& plan, Batch& batch, st
     v.weight = verifiers[p.slot].weight;
     if (c.state == Call::State::kTimedOut) {
       v.failed = v.timed_out = true;
-      v.details = timeout_text;
+      v.details = "timed out after " + number_text(c.timeout_s) + " s (" + timeout_text + ")";
       ++stats.timeouts;
     } else {
       v.score = c.score;
@@ -366,18 +392,21 @@ struct VerifierPool::Impl {
 
   // Waits until every call of `plan` settled (done or timed out). Wakes at the earliest
   // deadline of a running call; a call that starts after a scan has its deadline at least
-  // timeout later, so waking no later than `timeout` after each scan finds it in time.
-  void wait_until_settled(Batch& batch, const std::vector<Planned>& plan, double timeout_s) {
-    const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  // the shortest timeout later, so waking no later than that after each scan finds it in time.
+  void wait_until_settled(Batch& batch, const std::vector<Planned>& plan, double shortest_timeout_s) {
+    auto seconds = [](double s) {
+      return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+    };
+    const auto shortest = seconds(shortest_timeout_s);
     std::unique_lock<std::mutex> lock(batch.mutex);
     while (batch.pending > 0) {
       const auto now = Clock::now();
-      auto wake = now + timeout;
+      auto wake = now + shortest;
       std::vector<std::size_t> stuck;  // worker ids
       for (const Planned& p : plan) {
         Call& c = *p.call;
         if (c.state != Call::State::kRunning) continue;
-        const auto deadline = c.started + timeout;
+        const auto deadline = c.started + seconds(c.timeout_s);
         if (deadline <= now) {
           c.state = Call::State::kTimedOut;
           c.runner->abandoned.store(true);
@@ -453,8 +482,25 @@ ScoringStats VerifierPool::score(std::vector<Group>& groups, const std::vector<s
   for (const VerifierSlot& slot : verifiers)
     if (!slot.verifier) throw std::invalid_argument("verifier \"" + slot.name + "\" (" + slot.key_path + ") is not constructed");
 
+  // A verifier that batches concurrent calls needs that many in flight: blocked workers cost
+  // a thread each, nothing more.
+  std::size_t wanted = 0;
+  for (const VerifierSlot& slot : verifiers) wanted = std::max<std::size_t>(wanted, slot.concurrent_calls);
+  wanted = std::min(wanted, kMaxVerifierThreads);
+  if (wanted > 0) {
+    std::lock_guard<std::mutex> lock(impl_->workers_mutex);
+    while (impl_->workers.size() < wanted)
+      if (!impl_->spawn_locked()) break;
+  }
+
+  std::vector<double> slot_timeouts;
+  double shortest = timeout_s_;
+  for (const VerifierSlot& slot : verifiers) {
+    slot_timeouts.push_back(verifier_call_timeout(slot, timeout_s_, threads_));
+    shortest = std::min(shortest, slot_timeouts.back());
+  }
   auto batch = std::make_shared<Batch>();
-  const std::vector<Planned> plan = plan_calls(groups, prompt_texts, verifiers, options, format, batch);
+  const std::vector<Planned> plan = plan_calls(groups, prompt_texts, verifiers, options, format, batch, slot_timeouts);
   batch->pending = plan.size();
   if (!plan.empty()) {
     {
@@ -463,17 +509,19 @@ ScoringStats VerifierPool::score(std::vector<Group>& groups, const std::vector<s
     }
     impl_->queue->ready.notify_all();
   }
-  impl_->wait_until_settled(*batch, plan, timeout_s_);
+  impl_->wait_until_settled(*batch, plan, shortest);
 
   std::string first_failure;
-  const std::string timeout_text = "timed out after " + number_text(timeout_s_) + " s (reward.timeout_s)";
+  const std::string timeout_text = "reward.timeout_s";
   ScoringStats stats = collect_verdicts(plan, *batch, groups, verifiers, timeout_text, &first_failure);
   combine_verdicts(groups, format.has_value(), options);
   if (stats.failures || stats.timeouts) {
     std::string msg = "reward: " + std::to_string(stats.failures + stats.timeouts) + " of " +
                       std::to_string(stats.calls) + " verifier calls scored 0:";
     if (stats.failures) msg += " " + std::to_string(stats.failures) + " failed (first: " + first_failure + ")";
-    if (stats.timeouts) msg += std::string(stats.failures ? "," : "") + " " + std::to_string(stats.timeouts) + " " + timeout_text;
+    if (stats.timeouts)
+      msg += std::string(stats.failures ? "," : "") + " " + std::to_string(stats.timeouts) + " timed out (reward.timeout_s " +
+             number_text(timeout_s_) + " s)";
     spdlog::warn("{}", msg);
   }
   stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -4,14 +4,16 @@
 // Routing (which verifiers judge a sample): every VerificationTarget of the group's Example
 // selects verifiers by its label:
 //   - label ""  -> every configured verifier except the format verifier;
-//   - label L   -> the entries whose configured name is L, or whose component part (after the
-//                  last '/' of "plugin/component") is L; never the format verifier.
+//   - label L   -> the entries whose `label` list holds L; an entry without a `label` answers
+//                  to its configured name, or its component part (after the last '/' of
+//                  "plugin/component"); never the format verifier.
 // The format verifier (RewardOptions::format_verifier: the first entry whose name matches it
 // the same way) runs once per sample, on the first target's ground truth and label.
 //
 // Failures never stop a run: a call that throws (or returns a score that is not a finite
-// number in [0, 1]) scores 0 with failed = true and the message in details; a call still
-// running timeout_s after it started scores 0 with failed = timed_out = true. One summary
+// number in [0, 1], or not finite for a verifier of ScoreRange::kUnbounded) scores 0 with
+// failed = true and the message in details; a call still running its limit
+// (verifier_call_timeout) after it started scores 0 with failed = timed_out = true. One summary
 // warning per score() is logged when any call failed or timed out.
 #pragma once
 
@@ -39,6 +41,18 @@ struct ScoringStats {
 // the whole name, or the part after its last '/'. "" matches nothing here (see routing above).
 bool verifier_name_matches(const std::string& configured_name, const std::string& label);
 
+// The most threads a verifier's concurrent_calls() can add to the pool.
+inline constexpr std::size_t kMaxVerifierThreads = 1024;
+
+// The limit of one call to `slot`: `timeout_s` (reward.timeout_s), or, for a verifier that
+// asks for more concurrent calls than the pool's `threads` (it queues them itself and times
+// its own work out, as python_reward does per row), timeout_s x ceil(concurrent_calls /
+// threads): a call's time then includes its wait behind the others, wave after wave.
+double verifier_call_timeout(const VerifierSlot& slot, double timeout_s, std::size_t threads);
+
+// Whether a configured entry answers to a row label (routing above).
+bool slot_answers_to(const VerifierSlot& slot, const std::string& label);
+
 // Index of the format verifier's entry in `verifiers`, or nullopt when options.format_verifier
 // is "" or names no entry.
 std::optional<std::size_t> format_verifier_slot(const std::vector<VerifierSlot>& verifiers, const RewardOptions& options);
@@ -61,7 +75,8 @@ void check_verifier_labels(const std::vector<Example>& examples, const std::vect
 class VerifierPool {
  public:
   // `threads` workers (0 = std::thread::hardware_concurrency(), at least 1); a call may run
-  // `timeout_s` seconds (> 0) from the moment a worker starts it.
+  // `timeout_s` seconds (> 0) from the moment a worker starts it. score() adds workers when a
+  // verifier asks for more concurrent calls (VerifierSlot::concurrent_calls) than there are.
   VerifierPool(std::size_t threads, double timeout_s);
   // Joins the idle workers. Workers abandoned to a timed-out call were detached when the call
   // timed out and are not waited for: they hold only shared state (the job queue, their call's

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/plugin/plugin_registry.h"
+#include "core/runtime/components.h"
 #include "grpo/sdk/config_view.h"
 
 namespace grpo::core {
@@ -130,16 +131,30 @@ TEST(PluginHost, QualifiedNameWithUnknownComponentNamesPlugin) {
 TEST(PluginHost, RejectsWrongAbiMajorNamingBothVersions) {
   PluginRegistry registry(fixture_path());
   EXPECT_THAT(load_error(registry, "fixture_bad_abi_major"),
-              AllOf(HasSubstr("ABI major version mismatch"), HasSubstr("built for grpo SDK ABI 2.0"),
-                    HasSubstr("this host implements ABI 1.0"), HasSubstr("libgrpo_fixture_bad_abi_major.so")));
+              AllOf(HasSubstr("ABI major version mismatch"), HasSubstr("built for grpo SDK ABI 2.1"),
+                    HasSubstr("this host implements ABI 1.1"), HasSubstr("libgrpo_fixture_bad_abi_major.so")));
   EXPECT_TRUE(registry.components().empty());
 }
 
 TEST(PluginHost, RejectsNewerAbiMinorNamingBothVersions) {
   PluginRegistry registry(fixture_path());
   EXPECT_THAT(load_error(registry, "fixture_bad_abi_minor"),
-              AllOf(HasSubstr("ABI minor version too new"), HasSubstr("built for grpo SDK ABI 1.1"),
-                    HasSubstr("this host implements ABI 1.0")));
+              AllOf(HasSubstr("ABI minor version too new"), HasSubstr("built for grpo SDK ABI 1.2"),
+                    HasSubstr("this host implements ABI 1.1")));
+}
+
+// ABI 1.1 appended score_range() and concurrent_calls() to Verifier: the host calls them on
+// verifiers of plugins built for minor >= 1 only. The same verifier claimed by a 1.0 manifest
+// keeps the defaults (a real 1.0 vtable has no such slots) and still loads and scores.
+TEST(PluginHost, CallsAbi11VerifierFunctionsOnlyForPluginsOfMinorOneOrNewer) {
+  PluginRegistry registry(fixture_path());
+  const VerifierSlot old_slot = create_verifier_slot(registry, "fixture_unbounded_1_0", nullptr, "verifiers[0]");
+  EXPECT_EQ(old_slot.score_range, sdk::ScoreRange::kUnit);
+  EXPECT_EQ(old_slot.concurrent_calls, 0u);
+  EXPECT_EQ(old_slot.verifier->verify(input("a", "b")).score, 5.0);
+  const VerifierSlot new_slot = create_verifier_slot(registry, "fixture_unbounded_1_1", nullptr, "verifiers[1]");
+  EXPECT_EQ(new_slot.score_range, sdk::ScoreRange::kUnbounded);
+  EXPECT_EQ(new_slot.concurrent_calls, 99u);
 }
 
 TEST(PluginHost, RejectsWrongStructSizeNamingTheType) {

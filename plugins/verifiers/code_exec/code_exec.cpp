@@ -35,17 +35,17 @@
 #include "grpo/sdk/plugin.h"
 #include "grpo/sdk/text.h"
 #include "grpo/sdk/verifier.h"
-#include "sandbox.h"
+#include "plugins/verifiers/sandbox/sandbox.h"
 
 namespace {
 
 namespace sdk = ::grpo::sdk;
 using json = nlohmann::ordered_json;
-using grpo_code::CgroupSupport;
-using grpo_code::RunResult;
-using grpo_code::Sandbox;
-using grpo_code::SandboxFile;
-using grpo_code::SandboxLimits;
+using grpo_sandbox::CgroupSupport;
+using grpo_sandbox::RunResult;
+using grpo_sandbox::Sandbox;
+using grpo_sandbox::SandboxFile;
+using grpo_sandbox::SandboxLimits;
 
 constexpr std::size_t kPreview = 300;
 
@@ -337,7 +337,7 @@ class CodeVerifier : public sdk::Verifier {
     const unsigned slots = concurrency > 0 ? static_cast<unsigned>(concurrency)
                                            : std::max(1u, std::thread::hardware_concurrency());
     sandbox_ = std::make_unique<Sandbox>(bwrap_, python_, slots, static_cast<unsigned>(uid_base),
-                                         grpo_code::cgroup_support());
+                                         grpo_sandbox::cgroup_support());
     announce_bound(cfg, require_cgroup);
     // Never run untrusted code unsandboxed: a machine where the sandbox does not work is a
     // configuration error, reported before the run starts.
@@ -430,7 +430,7 @@ class CodeVerifier : public sdk::Verifier {
     const CgroupSupport& cg = sandbox_->cgroup();
     const std::string mb = std::to_string(limits_.program_memory_bytes() >> 20);
     if (cg.kind != CgroupSupport::Kind::kNone) {
-      sdk::log_info("code_exec: each program is bounded by its own " + std::string(grpo_code::cgroup_kind_name(cg.kind)) +
+      sdk::log_info("code_exec: each program is bounded by its own " + std::string(grpo_sandbox::cgroup_kind_name(cg.kind)) +
                     " leaf: " + mb + " MB of memory with swap (memory_mb + tmp_mb + shm_mb) and " +
                     std::to_string(limits_.max_processes) + " processes (max_processes); " + cg.reason);
       return;

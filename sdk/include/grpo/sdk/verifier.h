@@ -2,6 +2,7 @@
 // plugins link nothing but the C++ standard library (readelf -d shows no libtorch).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -19,9 +20,15 @@ struct VerifierInput {
 };
 
 struct VerifierResult {
-  double score = 0.0;   // in [0, 1]; the host scales it by the verifier's weight
+  double score = 0.0;   // in [0, 1] (or any finite number: ScoreRange::kUnbounded); the host
+                        // scales it by the verifier's weight
   std::string details;  // JSON object text for logs (extracted answer, failed checks); may be empty
 };
+
+// The scores a verifier returns (ABI 1.1). kUnit: [0, 1]; the host counts any other score as
+// a failed call. kUnbounded: any finite number reaches the reward unchanged (TRL and verl
+// reward functions return arbitrary floats); NaN and infinities are still failures.
+enum class ScoreRange : std::uint32_t { kUnit = 0, kUnbounded = 1 };
 
 // Thread safety: verify() is const and must be reentrant: the trainer calls it concurrently
 // from a thread pool on one instance. Keep per-call state on the stack.
@@ -31,6 +38,22 @@ class Verifier {
  public:
   virtual ~Verifier() = default;
   virtual VerifierResult verify(const VerifierInput& input) const = 0;
+
+  // ---- ABI 1.1. Appended after verify() so that 1.0 vtables are a prefix of 1.1 ones; the
+  // host calls these only on objects of plugins built for ABI minor >= 1 (a 1.0 plugin's
+  // vtable has no such slots) and assumes the defaults for older plugins.
+
+  // The range of verify()'s scores. Asked once, after construction.
+  virtual ScoreRange score_range() const { return ScoreRange::kUnit; }
+
+  // How many verify() calls this instance wants in flight at once (0 = no preference: the
+  // host's verifier thread count). A verifier that batches concurrent calls (python_reward:
+  // workers x batch_size) asks for more than the host's threads so that batches can fill: the
+  // host's pool grows to the largest such request (at most 1024 threads). Such a verifier
+  // queues calls itself and must time its own work out; the host's per-call limit for it is
+  // reward.timeout_s x ceil(concurrent_calls / reward.num_threads), since a call's time then
+  // includes its wait behind the others. Asked once, after construction.
+  virtual std::uint32_t concurrent_calls() const { return 0; }
 };
 
 GRPO_SDK_NAMESPACE_END

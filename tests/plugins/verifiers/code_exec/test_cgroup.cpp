@@ -4,12 +4,12 @@
 // proc.rst for mountinfo, admin-guide/cgroup-v2.rst for /proc/PID/cgroup).
 #include <gtest/gtest.h>
 
-#include "plugins/verifiers/code_exec/cgroup.h"
+#include "plugins/verifiers/sandbox/cgroup.h"
 
 namespace {
 
-using grpo_code::CgroupDirs;
-using grpo_code::locate_cgroup_dirs;
+using grpo_sandbox::CgroupDirs;
+using grpo_sandbox::locate_cgroup_dirs;
 
 // A hybrid host (this project's CI machines): v1 controllers, v2 mounted at .../unified.
 constexpr const char* kHybridMountinfo =

@@ -26,7 +26,7 @@
 
 #include "code_exec_test_util.h"
 #include "grpo/sdk/config_value.h"
-#include "plugins/verifiers/code_exec/cgroup.h"
+#include "plugins/verifiers/sandbox/cgroup.h"
 
 namespace {
 
@@ -52,8 +52,8 @@ std::string read_all(const std::string& path) {
 // ("Memory bound"): under this process's own cgroups, or beside "grpo-code-host" where the
 // verifier moved this process on cgroup v2.
 std::vector<std::string> leaf_parents() {
-  const grpo_code::CgroupDirs d =
-      grpo_code::locate_cgroup_dirs(read_all("/proc/self/mountinfo"), read_all("/proc/self/cgroup"));
+  const grpo_sandbox::CgroupDirs d =
+      grpo_sandbox::locate_cgroup_dirs(read_all("/proc/self/mountinfo"), read_all("/proc/self/cgroup"));
   std::vector<std::string> candidates = {d.v1_memory, d.v1_pids, d.v2};
   if (fs::path(d.v2).filename() == "grpo-code-host") candidates.back() = fs::path(d.v2).parent_path().string();
   std::vector<std::string> out;
@@ -62,7 +62,7 @@ std::vector<std::string> leaf_parents() {
   return out;
 }
 
-// Leaves named after `pid` ("<pid>-<slot>-<counter>") under the parents.
+// Leaves named after `pid` ("<pid>-<tag>.<slot>-<counter>") under the parents.
 std::vector<std::string> leaves_of(pid_t pid) {
   std::vector<std::string> out;
   for (const std::string& parent : leaf_parents())

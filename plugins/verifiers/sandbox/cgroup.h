@@ -10,7 +10,7 @@
 //              under its own cgroups (hybrid hosts, older distributions);
 //   none       neither: only the per-process rlimits and the tmpfs sizes bound a program.
 // Leaves live in a parent group "grpo-code" under this process's own cgroup(s), named
-// "<pid>-<slot>-<counter>" so that concurrent runs, verifier instances and processes never
+// "<pid>-<tag>.<slot>-<counter>" (tag: random per copy of this library) so that concurrent runs, verifier instances and processes never
 // collide; leaves of processes that no longer exist are removed at detection.
 #pragma once
 
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-namespace grpo_code {
+namespace grpo_sandbox {
 
 // This process's cgroup directories, from /proc/self/mountinfo and /proc/self/cgroup ("" where
 // a hierarchy is not mounted or this process's cgroup is outside the mounted part of it).
@@ -54,7 +54,7 @@ class CgroupLeaf {
     std::uint64_t peak_bytes = 0;  // the leaf's peak memory charge (0 where the kernel does not say)
   };
 
-  // Creates the leaf `<pid>-<slot>-<counter>` with the two limits; nullptr and `error` on failure.
+  // Creates the leaf `<pid>-<tag>.<slot>-<counter>` with the two limits; nullptr and `error` on failure.
   static std::unique_ptr<CgroupLeaf> create(const CgroupSupport& support, unsigned slot, std::uint64_t memory_bytes,
                                             std::uint64_t max_processes, std::string* error);
   ~CgroupLeaf();  // finish() if it was not called
@@ -83,4 +83,4 @@ class CgroupLeaf {
 // cgroup.procs fd). Async-signal-safe. False when a write failed (errno says why).
 bool enter_cgroup_leaf(const int* fds, std::size_t count);
 
-}  // namespace grpo_code
+}  // namespace grpo_sandbox

@@ -1,4 +1,4 @@
-#include "cgroup.h"
+#include "plugins/verifiers/sandbox/cgroup.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -9,13 +9,16 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
+#include <string>
 
 #include "grpo/sdk/log.h"
 
-namespace grpo_code {
+namespace grpo_sandbox {
 
 namespace {
 
@@ -118,7 +121,7 @@ int make_dir(const std::string& path) {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
-// Leaves "<pid>-<slot>-<counter>" of processes that no longer exist. Only empty leaves are
+// Leaves "<pid>-<tag>.<slot>-<counter>" of processes that no longer exist. Only empty leaves are
 // removed (rmdir refuses the others): a leaf of another pid namespace that looks dead from
 // here but holds processes is left alone.
 void remove_stale_leaves(const std::string& parent) {
@@ -175,8 +178,16 @@ std::string probe(const CgroupSupport& support) {
 // children: the "grpo-code" parent of the leaves and its own group become siblings. When other
 // processes share the cgroup (a login shell's scope), they are not moved: v2 is reported
 // unusable with that reason. The root cgroup is exempt from the rule and needs no move.
-std::string try_v2(const std::string& own, const std::string& own_path, CgroupSupport* out) {
+std::string try_v2(std::string own, std::string own_path, CgroupSupport* out) {
   if (own.empty()) return "no cgroup v2 hierarchy holds this process";
+  // Moved already, by another plugin's copy of this library (each plugin links its own): the
+  // leaves' parent is the sibling of this process's group, as it would be after a move here.
+  const std::string host_suffix = std::string("/") + kHostGroupName;
+  if (own_path.size() > host_suffix.size() &&
+      own_path.compare(own_path.size() - host_suffix.size(), host_suffix.size(), host_suffix) == 0) {
+    own.resize(own.size() - host_suffix.size());
+    own_path.resize(own_path.size() - host_suffix.size());
+  }
   std::string controllers;
   if (!read_text(own + "/cgroup.controllers", &controllers)) return "cannot read " + own + "/cgroup.controllers";
   if (!has_word(controllers, "memory") || !has_word(controllers, "pids")) {
@@ -203,7 +214,7 @@ std::string try_v2(const std::string& own, const std::string& own_path, CgroupSu
         rmdir(host.c_str());
         return "cannot enable memory and pids in " + subtree + ": " + errno_text(err);
       }
-      ::grpo::sdk::log_info("code_exec: moved this process into " + host +
+      ::grpo::sdk::log_info("sandbox: moved this process into " + host +
                             " so that its cgroup can give memory and pids limits to sandbox leaves");
     } else if (err != 0) {
       return "cannot enable memory and pids in " + subtree + ": " + errno_text(err) +
@@ -331,6 +342,14 @@ std::unique_ptr<CgroupLeaf> CgroupLeaf::create(const CgroupSupport& support, uns
                                                std::uint64_t memory_bytes, std::uint64_t max_processes,
                                                std::string* error) {
   static std::atomic<std::uint64_t> counter{0};
+  // Every plugin that links this library has its own counter: a random tag per copy keeps
+  // the names of two plugins' leaves (code_exec's and python_reward's) apart.
+  static const std::string tag = [] {
+    std::random_device rd;
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(rd()));
+    return std::string(buf);
+  }();
   if (support.kind == CgroupSupport::Kind::kNone) {
     *error = "no cgroup support";
     return nullptr;
@@ -338,7 +357,7 @@ std::unique_ptr<CgroupLeaf> CgroupLeaf::create(const CgroupSupport& support, uns
   std::unique_ptr<CgroupLeaf> leaf(new CgroupLeaf);
   leaf->kind_ = support.kind;
   const std::string name =
-      std::to_string(getpid()) + "-" + std::to_string(slot) + "-" + std::to_string(counter.fetch_add(1));
+      std::to_string(getpid()) + "-" + tag + "." + std::to_string(slot) + "-" + std::to_string(counter.fetch_add(1));
   const bool v2 = support.kind == CgroupSupport::Kind::kV2;
   leaf->dirs_.push_back(support.memory_parent + "/" + name);
   leaf->paths_.push_back(support.memory_parent_path + "/" + name);
@@ -440,7 +459,7 @@ CgroupLeaf::Outcome CgroupLeaf::finish() {
       usleep(1000);
     }
     if (err != 0)
-      ::grpo::sdk::log_warn("code_exec: could not remove the cgroup leaf " + dir + ": " + errno_text(err) +
+      ::grpo::sdk::log_warn("sandbox: could not remove the cgroup leaf " + dir + ": " + errno_text(err) +
                             " (the first verifier start-up after this process ends removes it)");
   }
   return outcome_;
@@ -452,4 +471,4 @@ bool enter_cgroup_leaf(const int* fds, std::size_t count) {
   return true;
 }
 
-}  // namespace grpo_code
+}  // namespace grpo_sandbox
