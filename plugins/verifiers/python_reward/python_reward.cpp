@@ -156,7 +156,6 @@ class PythonReward : public sdk::Verifier {
     s.limits.tmp_bytes = static_cast<std::uint64_t>(cfg.get_int_at_least("tmp_mb", 256, 1)) << 20;
     s.limits.shm_bytes = static_cast<std::uint64_t>(cfg.get_int_at_least("shm_mb", 64, 1)) << 20;
     s.limits.file_bytes = s.limits.tmp_bytes;
-    const std::int64_t uid_base = cfg.get_int_in_range("sandbox_uid_base", 130000, 1000, 4000000000LL);
 
     if (const sdk::ConfigValue* env = cfg.node() ? cfg.node()->find("env") : nullptr; env && !env->is_null()) {
       env->mark_used();
@@ -223,8 +222,12 @@ class PythonReward : public sdk::Verifier {
           }
         }
       s.command.read_only_paths = outermost(folders);
-      sandbox_ = std::make_unique<grpo_sandbox::Sandbox>(bwrap, interp.executable, s.workers,
-                                                          static_cast<unsigned>(uid_base), grpo_sandbox::cgroup_support());
+      // The workers keep this process's uid (root: without capabilities): a reward function is
+      // the user's code, and it must read what the user can (an interpreter or a project under
+      // /root). The sandbox guards what the completions it is fed could make it do: no network,
+      // nothing writable but its tmp, no host process in sight.
+      sandbox_ = std::make_unique<grpo_sandbox::Sandbox>(bwrap, interp.executable, s.workers, /*uid_base=*/0,
+                                                          grpo_sandbox::cgroup_support());
     } else {
       sandbox_ = std::make_unique<grpo_sandbox::Sandbox>("", python, s.workers, 0, kNoCgroup);
     }
@@ -235,12 +238,7 @@ class PythonReward : public sdk::Verifier {
       pool_ = std::make_unique<WorkerPool>(*sandbox_, std::move(s));
     } catch (const std::exception& e) {
       std::string why = e.what();
-      if (sandboxed && why.find("ermission denied") != std::string::npos)
-        why += "\n(the sandbox runs the worker as an unprivileged user" +
-               std::string(geteuid() == 0 ? " (this process is root)" : "") +
-               ", who must be able to read the interpreter and the reward's folders: use an interpreter all users "
-               "can read, such as /usr/bin/python3, or set sandbox: false)";
-      else if (sandboxed && why.find("ModuleNotFoundError") != std::string::npos)
+      if (sandboxed && why.find("ModuleNotFoundError") != std::string::npos)
         why += "\n(sandboxed, the worker sees the interpreter's own folders, the reward file's folder, "
                "python_path and read_only_paths, and no environment variable but `env`'s)";
       cfg.fail(path.empty() ? "module" : "path", why);

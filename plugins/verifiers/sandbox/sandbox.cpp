@@ -332,7 +332,7 @@ std::unique_ptr<SandboxProcess> Sandbox::start(const SandboxCommand& command, co
   envp.push_back(nullptr);
   const std::string exe = sandboxed() ? bwrap_ : python_;
 
-  const bool root = geteuid() == 0 && sandboxed();
+  const bool root = geteuid() == 0 && sandboxed() && uid_base_ != 0;
   // As root, RLIMIT_NPROC is not enforced (the kernel exempts uid 0): every program gets an
   // unprivileged uid of its own, drawn at random from [uid_base, uid_base + kUidCount) and
   // distinct from the uids of this process's other running slots. RLIMIT_NPROC counts the

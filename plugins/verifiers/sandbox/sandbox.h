@@ -142,7 +142,10 @@ class Sandbox {
 
   // bwrap and python are absolute paths (bwrap "": no sandbox, python runs directly); uid_base
   // is the first uid used for sandboxed programs when this process is root (each program
-  // draws a fresh uid from [uid_base, uid_base + kUidCount)); ignored otherwise. Programs go
+  // draws a fresh uid from [uid_base, uid_base + kUidCount)); ignored otherwise. uid_base 0:
+  // programs keep this process's uid, root included (bwrap leaves them no capability; the
+  // read-only mounts and the namespaces hold, RLIMIT_NPROC does not bind uid 0, the cgroup's
+  // pids.max does). Programs go
   // into cgroup leaves when `cgroup` offers them (cgroup_support()); a leaf that cannot be
   // made fails the start rather than running unbounded. `slots` bounds how many programs run
   // at once.
