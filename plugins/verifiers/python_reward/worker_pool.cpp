@@ -414,7 +414,6 @@ void WorkerPool::run_batch(Worker& w, std::vector<std::shared_ptr<Request>>& bat
 
   const std::size_t n = batch.size();
   std::vector<bool> answered(n, false);
-  std::size_t open_rows = n;
   bool batch_failed = false;
   std::string batch_error;
   const std::string timeout_text = "timed out after " + number_text(settings_.timeout_s) + " s (timeout_s" +
@@ -511,7 +510,6 @@ void WorkerPool::run_batch(Worker& w, std::vector<std::shared_ptr<Request>>& bat
           return garbage();
         }
         answered[i] = true;
-        --open_rows;
         settle(batch[i], std::move(out));
         deadline = after(settings_.timeout_s);  // the next row's time starts now
       } else if (const auto be = msg.find("batch_error"); be != msg.end() && be->is_string()) {
