@@ -61,13 +61,25 @@ std::string fresh_dir(const std::string& tag) {
   return pattern;
 }
 
-// The fixture `file` copied into a fresh folder (readable by every user, for the sandbox).
-std::string fixture_copy(const std::string& file, const std::string& tag) {
+// `source` as `file` in a fresh folder; returns its path.
+std::string reward_file(const std::string& tag, const std::string& file, const std::string& source) {
   const std::string dir = fresh_dir(tag);
-  fs::copy_file(kFixtures + "/" + file, dir + "/" + file);
+  std::ofstream(dir + "/" + file) << source;
   fs::permissions(dir + "/" + file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
                                         fs::perms::others_read);
   return dir + "/" + file;
+}
+
+// A row as cases.json holds one ({prompt, completion, ground_truth, label, columns}).
+json make_row(const std::string& completion, const json& ground_truth = 1, const std::string& label = "",
+              const json& columns = json::object()) {
+  return json{{"prompt", "p"}, {"completion", completion}, {"ground_truth", ground_truth}, {"label", label},
+              {"columns", columns}};
+}
+
+// The fixture `file` copied into a fresh folder (readable by every user, for the sandbox).
+std::string fixture_copy(const std::string& file, const std::string& tag) {
+  return reward_file(tag, file, read_file(kFixtures + "/" + file));
 }
 
 // Processes whose command line mentions `marker` (a fixture's unique folder).
@@ -263,8 +275,7 @@ TEST(PythonReward, SeveralEntriesAreSelectedByRowLabel) {
   EXPECT_EQ(slots[1].labels, (std::vector<std::string>{"gsm8k", "math"}));
 
   auto row = [](const std::string& completion, const std::string& label) {
-    return json{{"prompt", "p"}, {"completion", completion}, {"ground_truth", "42"}, {"label", label},
-                {"columns", json{{"extra_info", json{{"index", 3}}}}}};
+    return make_row(completion, "42", label, json{{"extra_info", json{{"index", 3}}}});
   };
   const std::vector<json> rows = {row("abcd", "lengths"), row("the answer is 42", "gsm8k"), row("41", "math")};
   const auto verdicts = score_rows(rows, slots);
@@ -305,10 +316,7 @@ TEST(PythonReward, FaultsScoreZeroWithAReasonAndThePoolRecovers) {
     const VerifierSlot slot = make_slot(entry({{"path", scalar(file)}, {"function", scalar("faulty")},
                                                {"timeout_s", scalar("1.5")}, {"batch_size", scalar("16")}}));
     EXPECT_EQ(processes_mentioning(marker).size() > 0, true) << "the workers run";
-    auto row = [](const std::string& completion) {
-      return json{{"prompt", "p"}, {"completion", completion}, {"ground_truth", "gt"}, {"label", ""},
-                  {"columns", json{{"difficulty", 1}}}};
-    };
+    auto row = [](const std::string& completion) { return make_row(completion, "gt", "", json{{"difficulty", 1}}); };
     const std::vector<std::string> completions = {"ok one", "raise now", "ok two", "hang", "ok three", "exit",
                                                   "print me", "string", "nan", "inf", "none", "big", "ok four"};
     std::vector<json> rows;
@@ -356,49 +364,41 @@ TEST(PythonReward, FaultsScoreZeroWithAReasonAndThePoolRecovers) {
 // An interpreter that dies between batches (here a timer thread of the function's) is
 // restarted before the next batch, and none of that batch's rows is blamed for it.
 TEST(PythonReward, WorkerThatDiesWhileIdleIsRestartedWithoutBlamingARow) {
-  const std::string dir = fresh_dir("idle");
-  std::ofstream(dir + "/r.py") << "import os, threading\n"
-                                  "def f(completion, ground_truth, **columns):\n"
-                                  "    if completion == 'die later':\n"
-                                  "        threading.Timer(0.2, lambda: os._exit(5)).start()\n"
-                                  "    return 1.0\n";
-  fs::permissions(dir + "/r.py", fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
-  const VerifierSlot slot = make_slot(entry({{"path", scalar(dir + "/r.py")}, {"function", scalar("f")},
+  const std::string file = reward_file("idle", "r.py",
+                                       "import os, threading\n"
+                                       "def f(completion, ground_truth, **columns):\n"
+                                       "    if completion == 'die later':\n"
+                                       "        threading.Timer(0.2, lambda: os._exit(5)).start()\n"
+                                       "    return 1.0\n");
+  const VerifierSlot slot = make_slot(entry({{"path", scalar(file)}, {"function", scalar("f")},
                                              {"workers", scalar("1")}}));
-  auto row = [](const std::string& c) {
-    return json{{"prompt", "p"}, {"completion", c}, {"ground_truth", 1}, {"label", ""}, {"columns", json::object()}};
-  };
-  EXPECT_EQ(score_rows({row("die later")}, {slot})[0][0].score, 1.0);
+  EXPECT_EQ(score_rows({make_row("die later")}, {slot})[0][0].score, 1.0);
   usleep(800000);  // the timer fires: the only worker exits while idle
-  const auto v = score_rows({row("a"), row("b"), row("c")}, {slot});
+  const auto v = score_rows({make_row("a"), make_row("b"), make_row("c")}, {slot});
   for (const auto& verdicts : v) {
     EXPECT_FALSE(verdicts[0].failed) << verdicts[0].details;
     EXPECT_EQ(verdicts[0].score, 1.0);
   }
-  fs::remove_all(dir);
+  fs::remove_all(fs::path(file).parent_path());
 }
 
 TEST(PythonReward, TrlBatchThatRaisesIsSplitToFindTheRowsAtFault) {
   // One TRL call covers a batch: when it raises, the batch runs again row by row.
-  const std::string dir = fresh_dir("trl");
-  std::ofstream(dir + "/r.py") << "def f(prompts, completions, **kw):\n"
-                                  "    if any(c == 'bad' for c in completions):\n"
-                                  "        raise KeyError('bad completion')\n"
-                                  "    return [len(c) - 2.5 for c in completions]\n";
-  fs::permissions(dir + "/r.py", fs::perms::owner_all | fs::perms::others_read | fs::perms::group_read);
-  const VerifierSlot slot = make_slot(entry({{"path", scalar(dir + "/r.py")}, {"function", scalar("f")},
+  const std::string file = reward_file("trl", "r.py",
+                                       "def f(prompts, completions, **kw):\n"
+                                       "    if any(c == 'bad' for c in completions):\n"
+                                       "        raise KeyError('bad completion')\n"
+                                       "    return [len(c) - 2.5 for c in completions]\n");
+  const VerifierSlot slot = make_slot(entry({{"path", scalar(file)}, {"function", scalar("f")},
                                              {"signature", scalar("trl")}, {"batch_size", scalar("8")}}));
-  std::vector<json> rows;
-  for (const std::string c : {"a", "bad", "abcd", "xy"})
-    rows.push_back(json{{"prompt", "p"}, {"completion", c}, {"ground_truth", 1}, {"label", ""}, {"columns", json::object()}});
-  const auto v = score_rows(rows, {slot});
+  const auto v = score_rows({make_row("a"), make_row("bad"), make_row("abcd"), make_row("xy")}, {slot});
   EXPECT_EQ(v[0][0].score, -1.5);
   EXPECT_TRUE(v[1][0].failed);
   EXPECT_THAT(v[1][0].details, HasSubstr("KeyError"));
   EXPECT_EQ(v[2][0].score, 1.5);
   EXPECT_EQ(v[3][0].score, -0.5);
   EXPECT_FALSE(v[0][0].failed || v[2][0].failed || v[3][0].failed);
-  fs::remove_all(dir);
+  fs::remove_all(fs::path(file).parent_path());
 }
 
 TEST(PythonReward, ImportErrorsAndMissingFunctionsFailAtStartUp) {
@@ -434,18 +434,15 @@ TEST(PythonReward, ImportErrorsAndMissingFunctionsFailAtStartUp) {
 // A reward file named like a standard module (math.py) does not stand in for it while the
 // modules it imports (fractions, statistics) import the real one.
 TEST(PythonReward, RewardFileNamedLikeAStandardModule) {
-  const std::string dir = fresh_dir("stdname");
-  std::ofstream(dir + "/math.py") << "import fractions\nimport statistics\n"
-                                     "def reward(completion, ground_truth, **columns):\n"
-                                     "    return float(fractions.Fraction(len(completion), 4)) + statistics.mean([1, 2])\n";
-  fs::permissions(dir + "/math.py", fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
-  const VerifierSlot slot = make_slot(entry({{"path", scalar(dir + "/math.py")}, {"function", scalar("reward")}}));
-  const auto v = score_rows({json{{"prompt", "p"}, {"completion", "ab"}, {"ground_truth", 1}, {"label", ""},
-                                  {"columns", json::object()}}},
-                            {slot});
+  const std::string file = reward_file("stdname", "math.py",
+                                       "import fractions\nimport statistics\n"
+                                       "def reward(completion, ground_truth, **columns):\n"
+                                       "    return float(fractions.Fraction(len(completion), 4)) + statistics.mean([1, 2])\n");
+  const VerifierSlot slot = make_slot(entry({{"path", scalar(file)}, {"function", scalar("reward")}}));
+  const auto v = score_rows({make_row("ab")}, {slot});
   EXPECT_FALSE(v[0][0].failed) << v[0][0].details;
   EXPECT_EQ(v[0][0].score, 2.0);  // 2/4 + mean(1, 2)
-  fs::remove_all(dir);
+  fs::remove_all(fs::path(file).parent_path());
 }
 
 TEST(PythonReward, ModuleByNameWithPythonPath) {
@@ -491,9 +488,7 @@ TEST(PythonReward, SandboxForbidsNetworkAndWritesOutsideTmpUnlessOff) {
                                                {"function", scalar(function)},
                                                {"sandbox", scalar(sandboxed ? "true" : "false")},
                                                {"read_only_paths", list({out_dir})}}));
-    const auto v = score_rows({json{{"prompt", "p"}, {"completion", "c"}, {"ground_truth", gt}, {"label", ""},
-                                    {"columns", json::object()}}},
-                              {slot});
+    const auto v = score_rows({make_row("c", gt)}, {slot});
     return v[0][0];
   };
   const json net = {{"host", "127.0.0.1"}, {"port", port}};
@@ -523,11 +518,7 @@ TEST(PythonReward, UnitScoreRangeCountsOutOfRangeScoresAsFailures) {
   const VerifierSlot slot = make_slot(entry({{"path", scalar(kFixtures + "/faults.py")}, {"function", scalar("faulty")},
                                              {"score_range", scalar("unit")}}));
   EXPECT_EQ(slot.score_range, grpo::sdk::ScoreRange::kUnit);
-  const auto v = score_rows({json{{"prompt", "p"}, {"completion", "big"}, {"ground_truth", 1}, {"label", ""},
-                                  {"columns", json::object()}},
-                             json{{"prompt", "p"}, {"completion", "abc"}, {"ground_truth", 1}, {"label", ""},
-                                  {"columns", json::object()}}},
-                            {slot});
+  const auto v = score_rows({make_row("big"), make_row("abc")}, {slot});
   EXPECT_TRUE(v[0][0].failed);
   EXPECT_THAT(v[0][0].details, HasSubstr("outside [0, 1]"));
   EXPECT_EQ(v[1][0].score, 0.3);
