@@ -3,8 +3,9 @@
 # configures, builds and runs every test. Variables: BUILD_DIR, BUILD_TYPE, JOBS, CMAKE_ARGS;
 # for the demo also ALGO (a preset of configs/algorithms/, default grpo), ARGS (options
 # for grpo-run, e.g. ARGS="--set train.steps=80"), LORA=1 (GRPO trains LoRA adapters:
-# configs/quickstart-lora.yaml, docs/lora.md) and PYTHON_REWARD=1 (the math reward as a Python
-# function: configs/quickstart-python-reward.yaml, docs/python-rewards.md).
+# configs/quickstart-lora.yaml, docs/lora.md), PYTHON_REWARD=1 (the math reward as a Python
+# function: configs/quickstart-python-reward.yaml, docs/python-rewards.md) and TASK=tools (the
+# tool demo: the policy learns to call a calculator, configs/quickstart-tools.yaml, docs/tools.md).
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
@@ -30,9 +31,10 @@ ALGO ?= grpo
 ARGS ?=
 LORA ?=
 PYTHON_REWARD ?=
+TASK ?=
 demo: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target demo-programs
-	LORA=$(LORA) PYTHON_REWARD=$(PYTHON_REWARD) ./scripts/demo.sh $(BUILD_DIR) $(ALGO) $(ARGS)
+	TASK=$(TASK) LORA=$(LORA) PYTHON_REWARD=$(PYTHON_REWARD) ./scripts/demo.sh $(BUILD_DIR) $(ALGO) $(ARGS)
 
 # Benchmarks (not part of `make test`): each prints `name: value` headline lines.
 bench: build

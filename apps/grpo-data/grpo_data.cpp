@@ -31,6 +31,10 @@ TASK:
   ifeval      the same problems with a formatting instruction ("Wrap your whole answer in
               double quotes."), scored by `math` and `ifeval` (open-instruct rows with
               aligned ground truths)
+  multiplication  "What is 48213 * 5720?" with factors of 4-6 digits, for the tool demo
+              (`make demo TASK=tools`, docs/tools.md): the teacher calls the calculator
+              ("<calculator>48213*5720</calculator><output>...</output>\boxed{...}") with
+              probability --teacher-tool-rate and otherwise guesses from an estimate
   tokenizer   not a task: writes DIR/tokenizer.json + tokenizer_config.json, a byte-level BPE
               tokenizer (any text encodes; 256 byte tokens, <|endoftext|>, <|im_start|>,
               <|im_end|>) with --merges merges learned from the words of both tasks, so that
@@ -53,7 +57,7 @@ int grpo_data_main(int argc, char** argv) {
   // clang-format off
   desc.add_options()
     ("help,h", po::bool_switch(&show_help), "show this help")
-    ("task", po::value(&o.task), "arithmetic or ifeval (also the first positional argument)")
+    ("task", po::value(&o.task), "arithmetic, ifeval or multiplication (also the first positional argument)")
     ("output,o", po::value(&output), "output folder (created)")
     ("train", po::value(&o.train_rows)->default_value(o.train_rows), "RL training prompts")
     ("sft", po::value(&o.sft_rows)->default_value(o.sft_rows), "supervised rows (prompt + teacher completion)")
@@ -63,6 +67,10 @@ int grpo_data_main(int argc, char** argv) {
      "probability that an SFT answer forgets the carry/borrow of a problem that has one")
     ("teacher-follow-rate", po::value(&o.teacher_follow_rate)->default_value(o.teacher_follow_rate),
      "ifeval: probability that an SFT answer follows the instruction")
+    ("teacher-tool-rate", po::value(&o.teacher_tool_rate)->default_value(o.teacher_tool_rate),
+     "multiplication: probability that an SFT answer calls the calculator")
+    ("min-digits", po::value(&o.min_digits)->default_value(o.min_digits), "multiplication: fewest digits of a factor")
+    ("max-digits", po::value(&o.max_digits)->default_value(o.max_digits), "multiplication: most digits of a factor")
     ("min-a", po::value(&o.min_a)->default_value(o.min_a), "smallest first operand (>= 10)")
     ("max-a", po::value(&o.max_a)->default_value(o.max_a), "largest first operand")
     ("min-b", po::value(&o.min_b)->default_value(o.min_b), "smallest second operand (>= 1)")
@@ -79,7 +87,7 @@ int grpo_data_main(int argc, char** argv) {
       std::cout << desc << exit_codes_help({{kExitOk, "the files were written"}, {kExitInternal}, {kExitUsage}});
       return kExitOk;
     }
-    if (!vm.count("task")) throw po::error("a TASK is required (arithmetic, ifeval or tokenizer)");
+    if (!vm.count("task")) throw po::error("a TASK is required (arithmetic, ifeval, multiplication or tokenizer)");
     if (output.empty()) throw po::error("--output is required");
   } catch (const po::error& e) {
     return report_usage_error("grpo-data", e.what());

@@ -697,10 +697,10 @@ void PromptSampler::set_position(const Position& position) {
   position_ = position.offset == num_rows_ ? Position{position.epoch + 1, 0} : position;
 }
 
-std::string render_prompt(const Example& example, const ChatTemplate& chat_template) {
+std::string render_prompt(const Example& example, const ChatTemplate& chat_template, const ChatRenderOptions& options) {
   if (example.messages.empty()) return example.text;
   try {
-    return chat_template.render(example.messages);
+    return chat_template.render(example.messages, options);
   } catch (const TokenizerError& e) {
     throw DataError(example.where() + ": " + e.what());
   }

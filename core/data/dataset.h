@@ -132,6 +132,6 @@ std::uint64_t uniform_below(std::mt19937_64& gen, std::uint64_t bound);
 
 // The prompt text of a row: its chat rendered with the template and the generation prompt, or
 // its plain text as is.
-std::string render_prompt(const Example& example, const ChatTemplate& chat_template);
+std::string render_prompt(const Example& example, const ChatTemplate& chat_template, const ChatRenderOptions& options = {});
 
 }  // namespace grpo::core

@@ -126,9 +126,66 @@ SyntheticProblem make_problem(const Triple& t, const SyntheticTaskOptions& o, Co
   return p;
 }
 
+std::int64_t pow10(std::int64_t n) {
+  std::int64_t p = 1;
+  while (n-- > 0) p *= 10;
+  return p;
+}
+
+// The product to 3 significant digits: what the teacher writes without the calculator.
+std::int64_t estimate(std::int64_t product) {
+  std::int64_t scale = 1;
+  while (product / scale >= 1000) scale *= 10;
+  return (product + scale / 2) / scale * scale;
+}
+
+// One plain question: the demo is about learning to call the tool, and a tiny model copies
+// numbers out of one fixed sentence far sooner than out of varied word problems.
+constexpr const char* kMultiplyTemplates[] = {"What is {A} * {B}?"};
+
+SyntheticSplits generate_multiplication(const SyntheticTaskOptions& o) {
+  SyntheticSplits out;
+  std::mt19937_64 gen(o.seed * 0x9E3779B97F4A7C15ULL + 0x70015);
+  auto factor = [&] {
+    const std::int64_t digits = o.min_digits + static_cast<std::int64_t>(uniform_below(gen, static_cast<std::size_t>(o.max_digits - o.min_digits + 1)));
+    const std::int64_t lo = pow10(digits - 1), hi = pow10(digits) - 1;
+    return lo + static_cast<std::int64_t>(uniform_below(gen, static_cast<std::size_t>(hi - lo + 1)));
+  };
+  auto problem = [&](CompletionKind kind) {
+    SyntheticProblem p;
+    p.op = '*';
+    p.a = factor();
+    p.b = factor();
+    p.answer = p.a * p.b;
+    p.prompt = fill(pick(kMultiplyTemplates, gen), pick(kPeople, gen), pick(kObjects, gen), p.a, p.b) + "\n";
+    if (kind == CompletionKind::kReference || (kind == CompletionKind::kTeacher && bernoulli(gen, o.teacher_tool_rate))) {
+      p.completion = multiplication_tool_solution(p.a, p.b);
+    } else if (kind == CompletionKind::kTeacher) {
+      const std::int64_t guess = estimate(p.answer);
+      p.completion = std::to_string(p.a) + "*" + std::to_string(p.b) + "=" + std::to_string(guess) + " \\boxed{" +
+                     std::to_string(guess) + "}";
+    }
+    return p;
+  };
+  // Factors are drawn from ~10^12 pairs: held-out problems do not recur in the other splits.
+  for (std::int64_t i = 0; i < o.eval_rows; ++i) out.eval.push_back(problem(CompletionKind::kReference));
+  for (std::int64_t i = 0; i < o.train_rows; ++i) out.train.push_back(problem(CompletionKind::kNone));
+  for (std::int64_t i = 0; i < o.sft_rows; ++i) out.sft.push_back(problem(CompletionKind::kTeacher));
+  return out;
+}
+
 void check_options(const SyntheticTaskOptions& o) {
   auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
-  if (o.task != "arithmetic" && o.task != "ifeval") bad("task: expected arithmetic or ifeval, got '" + o.task + "'");
+  if (o.task != "arithmetic" && o.task != "ifeval" && o.task != "multiplication")
+    bad("task: expected arithmetic, ifeval or multiplication, got '" + o.task + "'");
+  if (o.task == "multiplication") {
+    if (o.min_digits < 1 || o.max_digits > 9 || o.min_digits > o.max_digits)
+      bad("digits: expected 1 <= min_digits <= max_digits <= 9, got " + std::to_string(o.min_digits) + ".." +
+          std::to_string(o.max_digits));
+    if (!(o.teacher_tool_rate >= 0.0 && o.teacher_tool_rate <= 1.0)) bad("teacher_tool_rate: expected a probability in [0, 1]");
+    if (o.train_rows < 1 || o.sft_rows < 0 || o.eval_rows < 1) bad("row counts: expected train >= 1, sft >= 0, eval >= 1");
+    return;
+  }
   if (o.min_a < 10 || o.max_a > 999999 || o.min_a > o.max_a)
     bad("a range: expected 10 <= min_a <= max_a <= 999999, got " + std::to_string(o.min_a) + ".." +
         std::to_string(o.max_a));
@@ -147,8 +204,15 @@ std::string arithmetic_solution(char op, std::int64_t a, std::int64_t b) {
   return solution_line(op, a, b, op == '+' ? a + b : a - b);
 }
 
+std::string multiplication_tool_solution(std::int64_t a, std::int64_t b) {
+  const std::string product = std::to_string(a * b);
+  return "<calculator>" + std::to_string(a) + "*" + std::to_string(b) + "</calculator><output>\n" + product +
+         "\n</output>\n\\boxed{" + product + "}";
+}
+
 SyntheticSplits generate_synthetic_task(const SyntheticTaskOptions& o) {
   check_options(o);
+  if (o.task == "multiplication") return generate_multiplication(o);
   std::vector<Triple> triples;
   for (char op : {'+', '-'})
     for (std::int64_t a = o.min_a; a <= o.max_a; ++a)
@@ -188,10 +252,10 @@ std::string synthetic_row_json(const SyntheticProblem& p, const std::string& tas
     if (with_completion) row["completion"] = p.completion;
     row["ground_truth"] = answer;
   }
-  row["op"] = std::string(1, p.op);
+  if (task != "multiplication") row["op"] = std::string(1, p.op);
   row["a"] = p.a;
   row["b"] = p.b;
-  row["carry"] = p.carry;
+  if (task != "multiplication") row["carry"] = p.carry;
   return row.dump();
 }
 

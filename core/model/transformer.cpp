@@ -224,13 +224,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
 
   torch::Tensor out;
   if (slots) {
-    // One new token per row, written at the row's own length; the row attends to its
-    // cached tokens and itself (keys past its length belong to nobody, or to an earlier
+    // T new tokens per row, written from the row's own length on; each attends to the row's
+    // cached tokens, the new ones before it and itself (keys past its length belong to nobody, or to an earlier
     // sequence of the slot).
     const int64_t R = slots->rows, S = slots->keys;
-    auto index = slots->past.view({R, 1, 1, 1}).expand({R, num_kv_heads_, 1, head_dim_});
-    auto layer_keys = slots->cache->keys_[layer_index_].narrow(0, 0, R);
-    auto layer_values = slots->cache->values_[layer_index_].narrow(0, 0, R);
+    auto steps = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+    auto index = (slots->past.view({R, 1}) + steps.view({1, T})).view({R, 1, T, 1}).expand({R, num_kv_heads_, T, head_dim_});
+    auto layer_keys = slots->cache->keys_[layer_index_].narrow(0, slots->first, R);
+    auto layer_values = slots->cache->values_[layer_index_].narrow(0, slots->first, R);
     layer_keys.scatter_(2, index, k);
     layer_values.scatter_(2, index, v);
     out = grouped_attention(q, layer_keys.narrow(2, 0, S), layer_values.narrow(2, 0, S), slots->allowed, scaling_);
@@ -351,39 +352,56 @@ torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const Attent
 
 torch::Tensor CausalLMImpl::decode_slots(const torch::Tensor& input_ids, SlotKVCache& cache) {
   if (input_ids.dim() != 1) throw std::invalid_argument("decode_slots: input_ids must be [rows]");
-  if (torch::GradMode::is_enabled())
-    throw std::invalid_argument("decode_slots needs torch::NoGradGuard: the cache is written in place");
   const int64_t R = input_ids.size(0);
   if (R <= 0 || R > cache.num_slots())
     throw std::invalid_argument("decode_slots: " + std::to_string(R) + " rows for a cache of " +
                                 std::to_string(cache.num_slots()) + " slots");
-  std::vector<int64_t> past(cache.lengths_.begin(), cache.lengths_.begin() + R);
+  return forward_slots(input_ids.view({R, 1}), cache, 0).view({R, -1});
+}
+
+torch::Tensor CausalLMImpl::extend_slot(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t slot) {
+  if (input_ids.dim() != 1 || input_ids.size(0) < 1) throw std::invalid_argument("extend_slot: input_ids must be [tokens], tokens >= 1");
+  if (slot < 0 || slot >= cache.num_slots())
+    throw std::invalid_argument("extend_slot: no slot " + std::to_string(slot) + " in a cache of " +
+                                std::to_string(cache.num_slots()));
+  return forward_slots(input_ids.view({1, -1}), cache, slot).view({input_ids.size(0), -1});
+}
+
+torch::Tensor CausalLMImpl::forward_slots(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t first) {
+  if (torch::GradMode::is_enabled())
+    throw std::invalid_argument("decoding against a SlotKVCache needs torch::NoGradGuard: the cache is written in place");
+  const int64_t R = input_ids.size(0), T = input_ids.size(1);
+  std::vector<int64_t> past(cache.lengths_.begin() + first, cache.lengths_.begin() + first + R);
   int64_t max_past = 0;
   for (int64_t p : past) {
-    if (p >= cache.capacity())
+    if (p + T > cache.capacity())
       throw std::invalid_argument("decode_slots: a slot holds " + std::to_string(p) + " of " +
-                                  std::to_string(cache.capacity()) + " tokens; no room for another");
+                                  std::to_string(cache.capacity()) + " tokens; no room for " + std::to_string(T) + " more");
     max_past = std::max(max_past, p);
   }
+  const auto device = input_ids.device();
   SlotStep step;
   step.cache = &cache;
+  step.first = first;
   step.rows = R;
-  step.past = torch::tensor(past, torch::kLong).to(input_ids.device());
-  step.keys = max_past + 1;
-  const auto kpos = torch::arange(step.keys, torch::TensorOptions().dtype(torch::kLong).device(input_ids.device()));
-  step.allowed = (kpos.view({1, step.keys}) <= step.past.view({R, 1})).view({R, 1, 1, step.keys});
+  step.past = torch::tensor(past, torch::kLong).to(device);
+  step.keys = max_past + T;
+  const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device);
+  const auto kpos = torch::arange(step.keys, long_opts);
+  const auto qpos = step.past.view({R, 1}) + torch::arange(T, long_opts).view({1, T});  // [R, T]
+  step.allowed = (kpos.view({1, 1, step.keys}) <= qpos.view({R, T, 1})).view({R, 1, T, step.keys});
   AttentionLayout layout;  // positions only: the slot path builds its own mask
-  layout.position_ids = step.past.view({R, 1});
+  layout.position_ids = qpos;
   auto [cos, sin] = rotary_.cos_sin(layout.position_ids);
-  auto h = model->embed_tokens(input_ids.view({R, 1}));
+  auto h = model->embed_tokens(input_ids);
   for (const auto& layer : *model->layers)
     h = layer->as<DecoderLayer>()->forward(h, cos, sin, layout, nullptr, &step);
-  for (int64_t r = 0; r < R; ++r) {
-    const int64_t length = ++cache.lengths_[static_cast<std::size_t>(r)];
+  for (int64_t r = first; r < first + R; ++r) {
+    const int64_t length = cache.lengths_[static_cast<std::size_t>(r)] += T;
     int64_t& written = cache.written_[static_cast<std::size_t>(r)];
     written = std::max(written, length);
   }
-  return model->norm(h).view({R, -1});
+  return model->norm(h);
 }
 
 AttentionLayout CausalLMImpl::decode_layout(const KVCache& cache, int64_t new_tokens, const torch::Tensor& new_mask) const {

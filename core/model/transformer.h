@@ -108,13 +108,15 @@ class SlotKVCache {
   void zero_tail(int64_t slot, int64_t from);
 };
 
-// One decode step of rows [0, rows) of a SlotKVCache (built by CausalLMImpl::decode_slots).
+// One step of slots [first, first + rows) of a SlotKVCache, T new tokens per row (built by
+// CausalLMImpl::decode_slots and extend_slot).
 struct SlotStep {
   SlotKVCache* cache = nullptr;
+  int64_t first = 0;
   int64_t rows = 0;
   torch::Tensor past;  // [rows] int64 on the model's device: each row's cached length
-  int64_t keys = 0;    // max(past) + 1: keys the step attends over
-  torch::Tensor allowed;  // [rows, 1, 1, keys] bool: key position <= the row's own position
+  int64_t keys = 0;    // max(past) + T: keys the step attends over
+  torch::Tensor allowed;  // [rows, 1, T, keys] bool: key position <= the query token's position
 };
 
 class RMSNormImpl : public torch::nn::Module {
@@ -203,6 +205,11 @@ class CausalLMImpl : public torch::nn::Module {
   // and appends the tokens' keys/values (each slot's length grows by one). Needs
   // torch::NoGradGuard and room for one more token in every row.
   torch::Tensor decode_slots(const torch::Tensor& input_ids, SlotKVCache& cache);
+  // Feeds input_ids [T] to one slot that already holds a sequence (a resumed rollout: the
+  // tokens of a tool's observation) in one forward: positions continue from the slot's
+  // length, each token attends to the slot's cache and the new tokens before it. Returns final
+  // hidden states [T, hidden]; the slot's length grows by T. Needs torch::NoGradGuard.
+  torch::Tensor extend_slot(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t slot);
 
   // The LM head's weight [vocab, hidden] (the embedding matrix when tied).
   torch::Tensor lm_head_weight() const;
@@ -221,6 +228,9 @@ class CausalLMImpl : public torch::nn::Module {
   Projection lm_head{nullptr};  // null when tie_word_embeddings
 
  private:
+  // input_ids [R, T] into slots [first, first + R): the body of decode_slots and extend_slot.
+  torch::Tensor forward_slots(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t first);
+
   ModelConfig config_;
   RotaryEmbedding rotary_;
 };

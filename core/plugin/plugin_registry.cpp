@@ -44,9 +44,14 @@ bool valid_kind(sdk::ComponentKind kind) {
     case sdk::ComponentKind::kAdvantage:
     case sdk::ComponentKind::kPolicyLoss:
     case sdk::ComponentKind::kKlEstimator:
-    case sdk::ComponentKind::kRolloutBackend: return true;
+    case sdk::ComponentKind::kRolloutBackend:
+    case sdk::ComponentKind::kTool: return true;
   }
   return false;
+}
+
+// The ABI minor that introduced a kind: a plugin built for an older minor cannot have meant it.
+std::uint32_t kind_abi_minor(sdk::ComponentKind kind) { return kind == sdk::ComponentKind::kTool ? 2 : 0;
 }
 
 std::string canonical_path(const std::string& path) {
@@ -121,6 +126,13 @@ class PluginRegistry::RegistrarImpl final : public sdk::Registrar {
       return;
     }
     const std::string what = std::string(sdk::component_kind_name(c.kind)) + " '" + c.name + "'";
+    if (plugin_abi_minor < kind_abi_minor(c.kind)) {
+      errors.push_back(what + ": the " + sdk::component_kind_name(c.kind) + " kind exists since SDK ABI " +
+                       std::to_string(GRPO_SDK_ABI_MAJOR) + "." + std::to_string(kind_abi_minor(c.kind)) +
+                       ", but the plugin declares ABI " + std::to_string(GRPO_SDK_ABI_MAJOR) + "." +
+                       std::to_string(plugin_abi_minor));
+      return;
+    }
     if (!valid_name(c.name)) {
       errors.push_back("invalid component name '" + c.name + "': use letters, digits, '_', '.', '-'");
       return;
@@ -147,6 +159,7 @@ class PluginRegistry::RegistrarImpl final : public sdk::Registrar {
     errors.push_back(std::string("registration failed: ") + (message ? message : "(no message)"));
   }
 
+  std::uint32_t plugin_abi_minor = GRPO_SDK_ABI_MINOR;  // the manifest's
   std::vector<Component> pending;
   std::vector<std::string> errors;
 };
@@ -266,6 +279,7 @@ PluginInfo PluginRegistry::load_file_locked(const std::string& path) {
 
   // 3. Registration, all or nothing.
   RegistrarImpl registrar;
+  registrar.plugin_abi_minor = m.abi_minor;
   m.register_components(registrar);
   std::vector<std::string> errors = registrar.errors;
   for (const auto& c : registrar.pending) {

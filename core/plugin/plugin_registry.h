@@ -106,6 +106,8 @@ class PluginRegistry {
 
   // The keys of a `verifiers` entry that belong to the host, not to the verifier.
   static std::vector<std::string> verifier_host_keys() { return {"name", "weight", "label"}; }
+  // The keys of a `tools` entry that belong to the host.
+  static std::vector<std::string> tool_host_keys() { return {"name", "as"}; }
 
   struct Library;  // a mapped plugin file (opaque; process-wide, never unloaded)
 

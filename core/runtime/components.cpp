@@ -1,7 +1,10 @@
 #include "core/runtime/components.h"
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 
+#include "core/tools/tool_call_parser.h"
 #include "grpo/sdk/config_view.h"
 #include "grpo/sdk/torch/advantage.h"
 #include "grpo/sdk/torch/kl_estimator.h"
@@ -124,6 +127,33 @@ VerifierSlot create_verifier_slot(PluginRegistry& registry, const std::string& n
   return slot;
 }
 
+ToolSlot create_tool_slot(PluginRegistry& registry, const std::string& name, const sdk::ConfigValue* options,
+                          const std::string& key_path) {
+  ToolSlot slot;
+  slot.name = name;
+  slot.key_path = key_path;
+  const std::size_t slash = name.rfind('/');
+  slot.call_name = slash == std::string::npos ? name : name.substr(slash + 1);
+  if (options) {
+    const sdk::ConfigView view(options, key_path);
+    slot.call_name = view.get_string("as", slot.call_name);
+    const bool valid = !slot.call_name.empty() && std::all_of(slot.call_name.begin(), slot.call_name.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+    });
+    if (!valid) view.fail("as", "a tool name is letters, digits, '_', '-' and '.', got '" + slot.call_name + "'");
+  }
+  slot.tool = std::static_pointer_cast<sdk::Tool>(
+      registry.create(sdk::ComponentKind::kTool, name, options, key_path, PluginRegistry::tool_host_keys()));
+  slot.description = slot.tool->description();
+  slot.parameters = slot.tool->parameters();
+  const auto schema = nlohmann::ordered_json::parse(slot.parameters, nullptr, false);
+  if (schema.is_discarded())
+    throw PluginError(key_path + ": tool '" + name + "' returned parameters that are not JSON: " + slot.parameters.substr(0, 200));
+  if (auto problem = tool_schema_problem(schema))
+    throw PluginError(key_path + ": tool '" + name + "' has an unusable parameters schema: " + *problem);
+  return slot;
+}
+
 RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigValue& root) {
   RuntimeComponents out;
   if (const sdk::ConfigValue* list = find_config_node(root, {"verifiers"}); list && list->is_sequence()) {
@@ -134,8 +164,29 @@ RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigV
           create_verifier_slot(registry, component_name(node, key_path), node.is_map() ? &node : nullptr, key_path));
     }
   }
+  if (const sdk::ConfigValue* list = find_config_node(root, {"tools"}); list && list->is_sequence()) {
+    for (std::size_t i = 0; i < list->items().size(); ++i) {
+      const sdk::ConfigValue& node = list->items()[i];
+      const std::string key_path = "tools[" + std::to_string(i) + "]";
+      out.tools.push_back(create_tool_slot(registry, component_name(node, key_path), node.is_map() ? &node : nullptr, key_path));
+      for (std::size_t j = 0; j < i; ++j)
+        if (out.tools[j].call_name == out.tools[i].call_name)
+          throw sdk::ConfigError(key_path + ": a second tool is called '" + out.tools[i].call_name + "' (first: " +
+                                 out.tools[j].key_path + "); rename one with `as`");
+    }
+  }
   // Construction order: the backend first (it loads the model), then the algorithm.
   create_slot(registry, root, "rollout", "backend", out.rollout_backend);
+  if (out.rollout_backend) {
+    std::uint32_t minor = 0;
+    for (const auto& c : registry.components())
+      if (c.kind == sdk::ComponentKind::kRolloutBackend && (c.name == out.rollout_backend.name ||
+                                                            c.plugin + "/" + c.name == out.rollout_backend.name))
+        for (const auto& p : registry.plugins())
+          if (p.name == c.plugin) minor = p.abi_minor;
+    // A backend of an older minor has no such vtable slot.
+    out.backend_supports_turns = minor >= 2 && out.rollout_backend->supports_turns();
+  }
   create_slot(registry, root, "algorithm", "advantage", out.advantage);
   create_slot(registry, root, "algorithm", "policy_loss", out.policy_loss);
   create_slot(registry, root, "algorithm", "kl_estimator", out.kl_estimator);

@@ -11,6 +11,7 @@
 #include "core/config/config_access.h"
 #include "core/plugin/plugin_registry.h"
 #include "grpo/sdk/config_value.h"
+#include "grpo/sdk/tool.h"
 #include "grpo/sdk/verifier.h"
 
 namespace grpo::core {
@@ -26,6 +27,16 @@ struct VerifierSlot {
   // Read once from the verifier (ABI 1.1; the defaults for plugins of ABI minor 0).
   sdk::ScoreRange score_range = sdk::ScoreRange::kUnit;
   std::uint32_t concurrent_calls = 0;
+};
+
+// One `tools` entry (ABI 1.2): a tool the policy may call in its rollouts.
+struct ToolSlot {
+  std::string name;       // the component as written in the config ("python", "my_plugin/search")
+  std::string call_name;  // what the policy calls it: the entry's `as`, else the component part of `name`
+  std::string key_path;   // "tools[0]"
+  std::shared_ptr<sdk::Tool> tool;
+  std::string description;  // tool->description(), read once
+  std::string parameters;   // tool->parameters(): a JSON Schema object text, checked at construction
 };
 
 // One configured component: what the config named, where, and the object (null when the slot
@@ -46,7 +57,11 @@ struct ComponentSlot {
 
 struct RuntimeComponents {
   std::vector<VerifierSlot> verifiers;
+  std::vector<ToolSlot> tools;                         // tools
   ComponentSlot<sdk::RolloutBackend> rollout_backend;  // rollout.backend
+  // The backend resumes parked samples itself (ABI 1.2 RolloutBackend::generate_turns); read
+  // only from backends of plugins built for ABI minor >= 2.
+  bool backend_supports_turns = false;
   ComponentSlot<sdk::AdvantageEstimator> advantage;    // algorithm.advantage
   ComponentSlot<sdk::PolicyLoss> policy_loss;          // algorithm.policy_loss
   ComponentSlot<sdk::KlEstimator> kl_estimator;        // algorithm.kl_estimator
@@ -74,6 +89,12 @@ void fill_rollout_backend_defaults(sdk::ConfigValue& root);
 // (score_range, concurrent_calls) when its plugin was built for ABI minor >= 1.
 VerifierSlot create_verifier_slot(PluginRegistry& registry, const std::string& name, const sdk::ConfigValue* options,
                                   const std::string& key_path);
+
+// Constructs one `tools` entry: the host key `as` renames the tool for the policy; the tool's
+// description and parameters are read once, and a parameters text that is not a usable JSON
+// Schema object is a PluginError naming the entry.
+ToolSlot create_tool_slot(PluginRegistry& registry, const std::string& name, const sdk::ConfigValue* options,
+                          const std::string& key_path);
 
 // Constructs every configured component. Throws PluginError or sdk::ConfigError.
 RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigValue& root);

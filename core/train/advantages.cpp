@@ -56,7 +56,8 @@ MetricList compute_advantages(const sdk::AdvantageEstimator& estimator, std::vec
     std::int64_t b = 0;
     for (std::size_t gi = 0; gi < groups.size(); ++gi)
       for (const auto& s : groups[gi].samples) {
-        for (std::size_t t = 0; t < s.response_ids.size(); ++t) m[b][static_cast<std::int64_t>(t)] = 1.0f;
+        // Tool observations are not the policy's: no advantage is estimated over them.
+        for (std::size_t t = 0; t < s.response_ids.size(); ++t) m[b][static_cast<std::int64_t>(t)] = s.is_policy_token(t) ? 1.0f : 0.0f;
         r[b] = static_cast<float>(s.reward);
         gid[b] = static_cast<std::int64_t>(gi);
         if (token_kl) {
@@ -76,7 +77,9 @@ MetricList compute_advantages(const sdk::AdvantageEstimator& estimator, std::vec
     const at::Tensor& mask_d = in.batch.response_mask;
     const at::Tensor kl_d = kl.to(device);
     at::Tensor token_rewards = torch::zeros({B, T}, mask_d.options());
-    const at::Tensor last = (mask_d.sum(1) - 1).clamp_min(0).to(torch::kLong);
+    // The last policy token (with tools, observation tokens may sit between policy tokens).
+    const at::Tensor positions = torch::arange(1, T + 1, mask_d.options());
+    const at::Tensor last = (mask_d * positions).argmax(1).to(torch::kLong);
     token_rewards.scatter_(1, last.unsqueeze(1), in.rewards.unsqueeze(1));
     in.token_rewards = kl_in_token_rewards(token_rewards, kl_d, mask_d, reward_kl_coef);
     for (auto& m : kl_reward_metrics(kl_d, mask_d, reward_kl_coef))
@@ -110,7 +113,8 @@ MetricList compute_advantages(const sdk::AdvantageEstimator& estimator, std::vec
 namespace {
 
 // What the estimator reads of `groups` (doubles): groups; per group: samples; per sample:
-// reward, response length, then (with token KL) one value per response token.
+// reward, response length, policy-mask length (0 or the response length) and its entries,
+// then (with token KL) one value per response token.
 std::vector<double> advantage_inputs(const std::vector<Group>& groups, const std::vector<std::vector<float>>* token_kl) {
   std::vector<double> mine{static_cast<double>(groups.size())};
   std::size_t b = 0;
@@ -119,6 +123,8 @@ std::vector<double> advantage_inputs(const std::vector<Group>& groups, const std
     for (const auto& smp : g.samples) {
       mine.push_back(smp.reward);
       mine.push_back(static_cast<double>(smp.response_ids.size()));
+      mine.push_back(static_cast<double>(smp.policy_mask.size()));
+      mine.insert(mine.end(), smp.policy_mask.begin(), smp.policy_mask.end());
       if (token_kl) {
         const auto& row = (*token_kl)[b];
         mine.insert(mine.end(), row.begin(), row.end());
@@ -148,6 +154,8 @@ void append_remote_groups(const std::string& bytes, std::size_t rank, bool with_
       Sample smp;
       smp.reward = next();
       smp.response_ids.assign(static_cast<std::size_t>(next()), 0);
+      smp.policy_mask.resize(static_cast<std::size_t>(next()));
+      for (auto& m : smp.policy_mask) m = static_cast<std::uint8_t>(next());
       if (with_token_kl) {
         std::vector<float> row(smp.response_ids.size());
         for (auto& x : row) x = static_cast<float>(next());

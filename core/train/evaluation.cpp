@@ -68,6 +68,8 @@ MetricList evaluate_prompts(RolloutContext& ctx, const PromptSet& eval, const sd
     groups = generate_and_score(ctx, eval, rows, s.eval_num_samples, sampling, seeds, step, gen);
     add_eval_metrics(groups, s.eval_pass_k, out);
   }
+  if (ctx.tools)
+    for (const auto& [name, value] : tool_metrics(groups)) out.emplace_back("eval/" + name, value);
   lock.unlock();
   out.emplace_back("time/eval", seconds_since(t0));
   if (ctx.dist)  // prompt-weighted means over ranks; eval/prompts adds up
@@ -80,10 +82,10 @@ MetricList evaluate_prompts(RolloutContext& ctx, const PromptSet& eval, const sd
 }
 
 PromptSet load_eval_prompts(const sdk::ConfigValue& config, const DataOptions& data, const Tokenizer& tokenizer,
-                            const TrainerSettings& s) {
+                            const TrainerSettings& s, const nlohmann::ordered_json& tools) {
   PromptSet eval;
   if (data.eval.empty()) return eval;
-  eval = tokenize_prompts(load_mixture(data.eval, data, s.seed), tokenizer, s, "eval");
+  eval = tokenize_prompts(load_mixture(data.eval, data, s.seed), tokenizer, s, "eval", tools);
   if (eval.examples.empty()) fail_at_config_key(config, {"data", "eval"}, "no eval rows left after filtering");
   if (s.eval_max_prompts > 0 && static_cast<std::int64_t>(eval.examples.size()) > s.eval_max_prompts) {
     eval.examples.resize(static_cast<std::size_t>(s.eval_max_prompts));
@@ -99,7 +101,8 @@ EvaluationResult run_evaluation(const TrainingJobSettings& job, const sdk::Confi
   if (!components.rollout_backend)
     fail_at_config_key(config, {"rollout", "backend"}, "evaluation needs a rollout backend (e.g. native)");
   if (components.verifiers.empty()) fail_at_config_key(config, {"verifiers"}, "evaluation needs at least one verifier");
-  const PromptSet eval = load_eval_prompts(config, job.data, tokenizer, s);
+  const nlohmann::ordered_json schemas = tool_schemas(components.tools);
+  const PromptSet eval = load_eval_prompts(config, job.data, tokenizer, s, schemas);
   if (eval.examples.empty()) fail_at_config_key(config, {"data", "eval"}, "evaluation needs data: add a JSONL file to data.eval");
   try {
     check_verifier_labels(eval.examples, components.verifiers, job.rewards);
@@ -108,6 +111,9 @@ EvaluationResult run_evaluation(const TrainingJobSettings& job, const sdk::Confi
   }
   VerifierPool pool(job.rewards.num_threads, job.rewards.timeout_s);
   RolloutContext ctx(s, *components.rollout_backend, components.verifiers, job.rewards, pool);
+  std::unique_ptr<ToolRollout> tools = make_tool_rollout(components, s, tokenizer);
+  ctx.tools = tools.get();
+  ctx.backend_supports_turns = components.backend_supports_turns;
   EvaluationResult result;
   std::vector<Group> groups;
   result.metrics = evaluate_prompts(ctx, eval, weights, 0, &groups);

@@ -25,14 +25,14 @@ class Tokenizer;
 // eval.max_prompts; empty without data.eval. `config` is only the place errors point at: a
 // split with no row left is a ConfigError naming data.eval.
 PromptSet load_eval_prompts(const sdk::ConfigValue& config, const DataOptions& data, const Tokenizer& tokenizer,
-                            const TrainerSettings& settings);
+                            const TrainerSettings& settings, const nlohmann::ordered_json& tools = nullptr);
 
 // One evaluation of `eval` at `step`, with `weights` loaded into the backend first when given
 // (ctx.backend_version becomes -2: the trainer's current weights, not a published version).
 // Holds ctx.backend_mutex while generating. Metrics, in order: eval/<reward metric> (the
 // reward_metrics names without their objective/ or val/ prefix), eval/pass_at_K, eval/prompts,
 // time/eval; one log line. `groups_out` (may be null) receives this rank's scored groups, in
-// prompt order.
+// prompt order. With ctx.tools, eval/tools/* (tool_metrics) follow eval/prompts.
 MetricList evaluate_prompts(RolloutContext& ctx, const PromptSet& eval, const sdk::NamedTensors* weights, std::int64_t step,
                             std::vector<Group>* groups_out);
 

@@ -187,6 +187,9 @@ void check_update(const CausalLM& policy, const UpdateComponents& components, co
     if (r.s->trainable && r.response_len() > 0 && r.s->advantages.size() != r.s->response_ids.size())
       throw std::invalid_argument("update: " + r.name() + " has " + std::to_string(r.s->advantages.size()) + " advantages for " +
                                   std::to_string(r.response_len()) + " response tokens (one per token expected)");
+    if (!r.s->policy_mask.empty() && r.s->policy_mask.size() != r.s->response_ids.size())
+      throw std::invalid_argument("update: " + r.name() + " has a policy mask of " + std::to_string(r.s->policy_mask.size()) +
+                                  " entries for " + std::to_string(r.response_len()) + " response tokens");
     if (r.carries_rollout_logprobs() && r.s->rollout_logprobs.size() != r.s->response_ids.size())
       throw std::invalid_argument("update: " + r.name() + " has " + std::to_string(r.s->rollout_logprobs.size()) +
                                   " rollout log-probs for " + std::to_string(r.response_len()) + " response tokens");
@@ -218,11 +221,20 @@ std::vector<MiniBatch> plan_mini_batches(const std::vector<SampleRef>& all, std:
     mb.micro = pack_refs(refs, o, &mb.plan);
     for (const auto& micro : mb.micro) {
       mb.widths.push_back(response_width(micro));
-      // 1 on every response token: every computed sample is trainable. Host-built (row fills; the
-      // scale below reads it), moved to the model's device per micro-batch.
+      // 1 on every token the policy sampled (every computed sample is trainable), 0 on padding
+      // and on tool observations: those enter no loss, KL, entropy or denominator. Host-built
+      // (the scale below reads it), moved to the model's device per micro-batch.
       torch::Tensor m = torch::zeros({static_cast<std::int64_t>(micro.size()), mb.widths.back()},
                                      torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU));
-      for (std::size_t s = 0; s < micro.size(); ++s) m[static_cast<std::int64_t>(s)].narrow(0, 0, micro[s]->response_len()).fill_(1.0f);
+      for (std::size_t s = 0; s < micro.size(); ++s) {
+        const Sample& smp = *micro[s]->s;
+        if (smp.policy_mask.empty()) {
+          m[static_cast<std::int64_t>(s)].narrow(0, 0, micro[s]->response_len()).fill_(1.0f);
+          continue;
+        }
+        auto row = m.accessor<float, 2>()[static_cast<std::int64_t>(s)];
+        for (std::size_t t = 0; t < smp.policy_mask.size(); ++t) row[static_cast<std::int64_t>(t)] = smp.policy_mask[t] ? 1.0f : 0.0f;
+      }
       mb.masks.push_back(m);
     }
     // Global denominators: every micro-batch mask of the mini-batch, before any forward.

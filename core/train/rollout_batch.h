@@ -21,10 +21,28 @@ struct VerifierVerdict {
   std::string details;    // the verifier's details, or the error message
 };
 
+// One tool call of a multi-turn sample (core/tools/tool_rollout.h), for metrics and samples.jsonl.
+struct ToolCallRecord {
+  std::string tool;          // "" for a call that names no tool
+  std::string arguments;     // JSON text ("" for a malformed call)
+  std::string observation;   // the tool's text (or the error), before wrapping
+  bool is_error = false;     // malformed, failed, threw or timed out
+  bool malformed = false;    // never reached a tool
+  bool timed_out = false;
+  double seconds = 0.0;
+  std::int64_t observation_tokens = 0;  // tokens appended after the turn (on the turn's first call)
+};
+
 struct Sample {
+  // Everything after the prompt: with tools, the policy's turns and the observations between.
   std::vector<std::int64_t> response_ids;
+  // Empty: every response token was sampled by the policy. Else one per response token: 1 =
+  // the policy's, 0 = an observation (a tool's output), which enters no loss, KL, entropy or
+  // denominator.
+  std::vector<std::uint8_t> policy_mask;
+  std::vector<ToolCallRecord> tool_calls;
   std::string text;                    // decoded completion
-  std::vector<float> rollout_logprobs;  // one per response token, from the backend
+  std::vector<float> rollout_logprobs;  // one per response token, from the backend (0 for observations)
   bool finished = true;                // stopped (EOS / stop string); false = cut at the limit
   // Filled by scoring and shaping (core/train/rewards.h):
   double verifier_reward = 0.0;        // sum of score * weight * verification_reward (after format gating)
@@ -34,6 +52,8 @@ struct Sample {
   std::vector<VerifierVerdict> verdicts;
   // Filled by the advantage estimator: one per response token.
   std::vector<float> advantages;
+
+  bool is_policy_token(std::size_t t) const { return policy_mask.empty() || policy_mask[t] != 0; }
 };
 
 struct Group {

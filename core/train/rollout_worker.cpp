@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <optional>
 #include <stdexcept>
 
@@ -44,13 +45,15 @@ Share share_of(std::size_t n, int rank, int world) {
 }
 
 PromptSet tokenize_prompts(std::vector<Example> examples, const Tokenizer& tokenizer, const TrainerSettings& s,
-                           const char* split) {
+                           const char* split, const nlohmann::ordered_json& tools) {
   PromptSet out;
   std::size_t too_long = 0;
   ChatTemplate chat_template = ChatTemplate::resolve(s.chat_template, tokenizer);
   chat_template.set_variables(nlohmann::ordered_json::parse(s.chat_template_kwargs));
   for (auto& ex : examples) {
-    std::string text = render_prompt(ex, chat_template);
+    ChatRenderOptions render;
+    if (tools.is_array() && !tools.empty()) render.tools = tools;
+    std::string text = render_prompt(ex, chat_template, render);
     // A prompt far over the limit is not tokenized (encode_within).
     const std::optional<std::vector<int>> ids = encode_within(tokenizer, text, static_cast<std::size_t>(s.max_prompt_tokens));
     if (!ids) {
@@ -92,35 +95,66 @@ std::vector<Group> generate_and_score(RolloutContext& ctx, const PromptSet& prom
     requests.push_back(std::move(r));
   }
   const auto t0 = Clock::now();
-  std::vector<sdk::GenerationResult> results = ctx.backend->generate(requests);
-  const double generation_s = seconds_since(t0);
-  if (results.size() != requests.size())
-    throw std::runtime_error("rollout backend returned " + std::to_string(results.size()) + " results for " +
-                             std::to_string(requests.size()) + " requests");
   std::vector<Group> groups;
   std::vector<std::string> prompt_texts;
   double response_tokens = 0;
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const auto& res = results[i];
-    const Example& ex = prompts.examples[rows[i]];
-    if (!res.status.is_ok())  // (Status::ok() is the static "ok" factory, not a test)
-      throw std::runtime_error("generation failed for " + ex.where() + ": " + res.status.message());
+  auto start_group = [&](std::size_t i) {
     Group g;
-    g.example = ex;
+    g.example = prompts.examples[rows[i]];
     g.prompt_ids = prompts.ids[rows[i]];
     g.policy_version = version;
-    for (const auto& gs : res.samples) {
-      Sample s;
-      s.response_ids = gs.token_ids;
-      s.text = gs.text;
-      s.rollout_logprobs = gs.logprobs;
-      s.finished = gs.finish_reason == sdk::FinishReason::kStop;
-      response_tokens += static_cast<double>(gs.token_ids.size());
-      g.samples.push_back(std::move(s));
-    }
-    groups.push_back(std::move(g));
     prompt_texts.push_back(prompts.texts[rows[i]]);
+    return g;
+  };
+  if (ctx.tools) {
+    std::vector<std::string> metadata;
+    for (sdk::GenerationRequest& r : requests) {
+      for (const std::string& stop : ctx.tools->stop_strings())
+        if (std::find(r.sampling.stop_strings.begin(), r.sampling.stop_strings.end(), stop) == r.sampling.stop_strings.end())
+          r.sampling.stop_strings.push_back(stop);
+    }
+    for (std::size_t i = 0; i < rows.size(); ++i) metadata.push_back(prompts.examples[rows[i]].metadata);
+    std::vector<ToolRolloutResult> results = ctx.tools->generate(*ctx.backend, ctx.backend_supports_turns, requests, metadata);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (!results[i].status.is_ok())
+        throw std::runtime_error("generation failed for " + prompts.examples[rows[i]].where() + ": " + results[i].status.message());
+      Group g = start_group(i);
+      for (Trajectory& t : results[i].samples) {
+        Sample s;
+        s.response_ids = std::move(t.token_ids);
+        s.text = std::move(t.text);
+        s.rollout_logprobs = std::move(t.logprobs);
+        if (t.observation_tokens > 0) s.policy_mask = std::move(t.policy_mask);
+        s.tool_calls = std::move(t.calls);
+        s.finished = t.finish_reason == sdk::FinishReason::kStop;
+        response_tokens += static_cast<double>(s.response_ids.size());
+        g.samples.push_back(std::move(s));
+      }
+      groups.push_back(std::move(g));
+    }
+  } else {
+    std::vector<sdk::GenerationResult> results = ctx.backend->generate(requests);
+    if (results.size() != requests.size())
+      throw std::runtime_error("rollout backend returned " + std::to_string(results.size()) + " results for " +
+                               std::to_string(requests.size()) + " requests");
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& res = results[i];
+      if (!res.status.is_ok())  // (Status::ok() is the static "ok" factory, not a test)
+        throw std::runtime_error("generation failed for " + prompts.examples[rows[i]].where() + ": " + res.status.message());
+      Group g = start_group(i);
+      for (const auto& gs : res.samples) {
+        Sample s;
+        s.response_ids = gs.token_ids;
+        s.text = gs.text;
+        s.rollout_logprobs = gs.logprobs;
+        s.finished = gs.finish_reason == sdk::FinishReason::kStop;
+        response_tokens += static_cast<double>(gs.token_ids.size());
+        g.samples.push_back(std::move(s));
+      }
+      groups.push_back(std::move(g));
+    }
   }
+  const double generation_s = seconds_since(t0);
   const auto t1 = Clock::now();
   const ScoringStats stats = ctx.pool->score(groups, prompt_texts, *ctx.verifiers, ctx.rewards);
   shape_rewards(groups, ctx.rewards);
@@ -130,7 +164,50 @@ std::vector<Group> generate_and_score(RolloutContext& ctx, const PromptSet& prom
   metrics.emplace_back("reward/verifier_calls", static_cast<double>(stats.calls));
   for (const auto& m : ctx.backend->metrics())
     if (m.value.defined() && m.value.numel() == 1) metrics.emplace_back(m.name, m.value.item<double>());
+  if (ctx.tools)
+    for (auto& m : tool_metrics(groups)) metrics.push_back(std::move(m));
   return groups;
+}
+
+MetricList tool_metrics(const std::vector<Group>& groups) {
+  struct Counts {
+    double calls = 0, errors = 0, timeouts = 0, malformed = 0, seconds = 0;
+  };
+  Counts all;
+  std::map<std::string, Counts> per_tool;
+  double samples = 0, with_calls = 0, observation_tokens = 0;
+  for (const Group& g : groups)
+    for (const Sample& s : g.samples) {
+      ++samples;
+      with_calls += s.tool_calls.empty() ? 0 : 1;
+      for (const ToolCallRecord& c : s.tool_calls) {
+        observation_tokens += static_cast<double>(c.observation_tokens);
+        for (Counts* k : {&all, c.malformed ? nullptr : &per_tool[c.tool]}) {
+          if (!k) continue;
+          k->calls += 1;
+          k->errors += c.is_error ? 1 : 0;
+          k->timeouts += c.timed_out ? 1 : 0;
+          k->malformed += c.malformed ? 1 : 0;
+          k->seconds += c.seconds;
+        }
+      }
+    }
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  MetricList out;
+  out.emplace_back("tools/calls_per_sample", ratio(all.calls, samples));
+  out.emplace_back("tools/samples_with_calls", ratio(with_calls, samples));
+  out.emplace_back("tools/error_rate", ratio(all.errors, all.calls));
+  out.emplace_back("tools/timeout_rate", ratio(all.timeouts, all.calls));
+  out.emplace_back("tools/malformed_rate", ratio(all.malformed, all.calls));
+  out.emplace_back("tools/call_time_s", all.seconds);
+  out.emplace_back("tools/observation_tokens", ratio(observation_tokens, samples));
+  for (const auto& [name, k] : per_tool) {
+    out.emplace_back("tools/" + name + "/calls_per_sample", ratio(k.calls, samples));
+    out.emplace_back("tools/" + name + "/error_rate", ratio(k.errors, k.calls));
+    out.emplace_back("tools/" + name + "/timeout_rate", ratio(k.timeouts, k.calls));
+    out.emplace_back("tools/" + name + "/call_time_s", k.seconds);
+  }
+  return out;
 }
 
 // ------------------------------------------------------------------------------ RolloutWorker
@@ -272,6 +349,14 @@ ReadyBatch RolloutWorker::produce(std::int64_t step, std::int64_t version, const
   const double generated = static_cast<double>(all_groups.size());
   batch.metrics.emplace_back("other/real_batch_size_ratio",
                              generated > 0 ? static_cast<double>(kept.size()) / generated : 0.0);
+  // Groups that did not make it into the batch (all rewards equal), for samples.jsonl.
+  if (kept.size() < all_groups.size())
+    for (const Group& g : all_groups) {
+      if (static_cast<std::int64_t>(batch.dropped_for_log.size()) >= s.samples_per_step) break;
+      const bool spread = std::any_of(g.samples.begin(), g.samples.end(),
+                                      [&](const Sample& x) { return x.reward != g.samples.front().reward; });
+      if (!spread) batch.dropped_for_log.push_back(g);
+    }
   batch.groups = std::move(kept);
   return batch;
 }

@@ -30,6 +30,7 @@
 #include "core/metrics/metrics_log.h"
 #include "core/model/transformer.h"
 #include "core/runtime/components.h"
+#include "core/tools/tool_rollout.h"
 #include "core/train/rewards.h"
 #include "core/train/rollout_batch.h"
 #include "core/train/trainer_settings.h"
@@ -64,8 +65,9 @@ struct PromptSet {
 // tokenizes it; rows whose prompt
 // is longer than settings.max_prompt_tokens are dropped (one warning naming `split` and the
 // count). A prompt that renders to no tokens is a DataError naming its row.
+// `tools` (tool_schemas(): Hugging Face function schemas, or null) go to the chat template.
 PromptSet tokenize_prompts(std::vector<Example> examples, const Tokenizer& tokenizer, const TrainerSettings& settings,
-                           const char* split);
+                           const char* split, const nlohmann::ordered_json& tools = nullptr);
 
 // A detached copy of every parameter of `model` (Hugging Face names), on the model's device
 // and in its dtype (or `dtype`): what the rollout backend's update_weights receives.
@@ -86,6 +88,9 @@ struct RolloutContext {
   RewardOptions rewards;
   VerifierPool* pool;
   dist::Distributed* dist;  // data-parallel: this rank generates its share of every batch
+  // Tools in the loop (the config's `tools`): generation goes through it; null = single-turn.
+  ToolRollout* tools = nullptr;
+  bool backend_supports_turns = false;  // RuntimeComponents::backend_supports_turns
   int rank() const { return dist ? dist->rank() : 0; }
   int world_size() const { return dist ? dist->world_size() : 1; }
   // Prompts of a step this rank generates (all of them in one process): the active-sampling
@@ -98,11 +103,19 @@ struct RolloutContext {
 // Generates n completions for each prompt prompts[rows[i]] (request seed seeds[i]), scores
 // them on ctx.pool and shapes the rewards; one Group per row, in row order, stamped with
 // `version`. Appends time/generation, time/reward, rollout/tokens_per_second,
-// reward/verifier_calls and the backend's scalar metrics to `metrics`. The caller holds
+// reward/verifier_calls and the backend's scalar metrics to `metrics`; with ctx.tools the
+// samples are multi-turn trajectories (Sample::policy_mask, tool_calls) and the tools/* metrics
+// (tool_metrics) are appended too. The caller holds
 // ctx.backend_mutex. A failed request is a std::runtime_error naming its row.
 std::vector<Group> generate_and_score(RolloutContext& ctx, const PromptSet& prompts, const std::vector<std::size_t>& rows,
                                       std::int64_t n, const sdk::SamplingParams& sampling,
                                       const std::vector<std::uint64_t>& seeds, std::int64_t version, MetricList& metrics);
+
+// The tools/* metrics of one tool rollout: calls_per_sample, samples_with_calls (the tool-call
+// rate), error_rate, timeout_rate, malformed_rate (per call), call_time_s (time in tools, summed
+// over calls), observation_tokens (per sample), and per tool tools/<name>/calls_per_sample,
+// error_rate, timeout_rate, call_time_s.
+MetricList tool_metrics(const std::vector<Group>& groups);
 
 // A batch ready for training, produced by the rollout thread.
 struct ReadyBatch {
@@ -111,6 +124,9 @@ struct ReadyBatch {
   std::vector<Group> groups;  // this rank's groups; zero-std groups already filtered (when configured)
   PromptSampler::Position position_after;
   MetricList metrics;         // reward metrics of everything generated, then the rollout's own
+  // Up to log.samples_per_step generated groups that are not in `groups` (zero-std groups
+  // filtered out), for samples.jsonl when the kept groups are fewer than that.
+  std::vector<Group> dropped_for_log;
 };
 
 // The rollout thread: batch s (start_step < s <= last_step) is generated with policy version

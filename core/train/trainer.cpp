@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "core/train/optimizer.h"
 #include "core/train/policy_update.h"
 #include "core/train/rollout_worker.h"
+#include "core/train/sample_log.h"
 #include "core/train/train_state.h"
 #include "core/train/trainer_setup.h"
 #include "core/train/verifier_pool.h"
@@ -119,8 +121,10 @@ class Trainer {
   CheckpointContents contents_;
   bool resumed_ = false, main_rank_ = true;  // rank 0 writes checkpoints, metrics and the log
   std::optional<RunMetrics> run_metrics_;
+  std::optional<SampleLog> sample_log_;  // rank 0: samples.jsonl
   std::optional<PromptSampler> sampler_;
   std::unique_ptr<VerifierPool> pool_;
+  std::unique_ptr<ToolRollout> tools_;  // null without `tools`
   std::unique_ptr<RolloutContext> ctx_;
   UpdateComponents update_components_;
   std::unique_ptr<dist::GradientReducer> reducer_;
@@ -154,11 +158,27 @@ bool Trainer::prepare() {
   }
   state_.async_steps = s_.async_steps;
   if (main_rank_) run_metrics_.emplace(s_.run_dir, resumed_ ? state_.step : -1, s_.steps, "step", default_training_panels());
+  if (main_rank_ && s_.samples_every > 0)
+    sample_log_.emplace((std::filesystem::path(s_.run_dir) / "samples.jsonl").string(), *policy_.tokenizer,
+                        s_.samples_every, s_.samples_per_step, resumed_ ? state_.step : -1);
 
   sampler_.emplace(prompts_.train.examples.size(), s_.seed, job_.data.shuffle);
   sampler_->set_position(state_.data);
   pool_ = std::make_unique<VerifierPool>(job_.rewards.num_threads, job_.rewards.timeout_s);
   ctx_ = std::make_unique<RolloutContext>(s_, *parts_.backend, components_.verifiers, job_.rewards, *pool_, dist_);
+  tools_ = make_tool_rollout(components_, s_, *policy_.tokenizer);
+  ctx_->tools = tools_.get();
+  ctx_->backend_supports_turns = components_.backend_supports_turns;
+  if (tools_)
+    spdlog::info("tools: {} ({} parser, at most {} calls per trajectory, {} s per call; resumed {})",
+                 [&] {
+                   std::string names;
+                   for (const auto& t : components_.tools) names += (names.empty() ? "" : ", ") + t.call_name;
+                   return names;
+                 }(),
+                 tool_call_format_name(s_.tools.parser), s_.tools.max_calls, s_.tools.timeout_s,
+                 s_.tools.reuse_kv_cache && components_.backend_supports_turns ? "in the backend, KV cache kept"
+                                                                              : "by recomputing the prefix");
 
   update_components_.policy_loss = parts_.policy_loss;
   update_components_.kl_estimator = parts_.kl_estimator;
@@ -272,6 +292,7 @@ void Trainer::train_step(RolloutWorker& worker) {
                       dist_ ? &dist_->train() : nullptr, step, model_->lm_head_weight().device());
   const UpdateResult result = update(groups, advantages, staleness, step, m);
   times.training_s = seconds_since(train_t0);
+  if (sample_log_ && sample_log_->due(step)) sample_log_->write(step, groups, batch.dropped_for_log);
   record_update(result, step, batch.position_after);
 
   const auto sync_t0 = Clock::now();

@@ -57,6 +57,30 @@ void read_run_and_rollout(const sdk::ConfigValue& root, const Sections& c, Train
   s.max_prompt_tokens = at_least("rollout", "max_prompt_tokens", rollout.get_int("max_prompt_tokens", s.max_prompt_tokens), 1);
   s.stop_strings = rollout.get_string_list("stop_strings", s.stop_strings);
   s.async_steps = at_least("rollout", "async_steps", rollout.get_int("async_steps", s.async_steps), 0);
+  {
+    const sdk::ConfigView tools(find_config_node(root, {"rollout", "tools"}), "rollout.tools");
+    ToolRolloutSettings& t = s.tools;
+    t.parser = *tool_call_format_from_name(tools.get_string("parser", tool_call_format_name(t.parser)));
+    t.max_calls = tools.get_int("max_calls", t.max_calls);
+    if (t.max_calls < 1 || t.max_calls > 1000) tools.fail("max_calls", "must be in [1, 1000]");
+    t.timeout_s = tools.get_double("timeout_s", t.timeout_s);
+    if (!(t.timeout_s > 0.0) || !std::isfinite(t.timeout_s)) tools.fail("timeout_s", "must be a number of seconds > 0");
+    t.observation = tools.get_string("observation", t.observation);
+    if (t.observation != "auto" && t.observation.find("{output}") == std::string::npos)
+      tools.fail("observation", "expected auto or a text with {output} in it, got '" + t.observation + "'");
+    t.max_observation_tokens = tools.get_int("max_observation_tokens", t.max_observation_tokens);
+    if (t.max_observation_tokens < 1) tools.fail("max_observation_tokens", "must be >= 1");
+    t.reuse_kv_cache = tools.get_bool("reuse_kv_cache", t.reuse_kv_cache);
+    t.resume_as_ready = tools.get_bool("resume_as_ready", t.resume_as_ready);
+    const std::int64_t threads = tools.get_int("num_threads", 0);
+    if (threads < 0 || threads > 4096) tools.fail("num_threads", "must be in [0, 4096] (0 = 4 x the hardware threads)");
+    t.threads = static_cast<std::size_t>(threads);
+    const sdk::ConfigView log(find_config_node(root, {"log"}), "log");
+    s.samples_every = log.get_int("samples_every", s.samples_every);
+    if (s.samples_every < 0) log.fail("samples_every", "must be >= 0 (0 = never)");
+    s.samples_per_step = log.get_int("samples_per_step", s.samples_per_step);
+    if (s.samples_per_step < 1) log.fail("samples_per_step", "must be >= 1");
+  }
   for (const auto& p : sdk::sampling_problems(training_sampling(s), s.group_size))
     fail_at_config_key(root, {"rollout", p.field == "n" ? "num_samples_per_prompt" : p.field.c_str()}, p.message);
   if (s.temperature == 0.0)

@@ -17,6 +17,7 @@
 
 #include "core/algo/algorithm_settings.h"
 #include "core/data/dataset.h"
+#include "core/tools/tool_rollout.h"
 #include "core/train/optimizer.h"
 #include "core/train/policy_update.h"
 #include "core/train/rewards.h"
@@ -40,6 +41,9 @@ struct TrainerSettings {
   std::int64_t max_prompt_tokens = 256;
   std::vector<std::string> stop_strings;
   std::int64_t async_steps = 1;
+  ToolRolloutSettings tools;           // rollout.tools.* (used when the config has `tools`)
+  std::int64_t samples_every = 10;     // log.samples_every
+  std::int64_t samples_per_step = 4;   // log.samples_per_step
 
   bool filter_zero_std = true;         // algorithm.filter_zero_std_groups
   bool active_sampling = false;

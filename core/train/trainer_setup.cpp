@@ -65,11 +65,12 @@ TrainingPrompts load_training_prompts(const TrainingJobSettings& job, const sdk:
   const DataOptions& data = job.data;
   TrainingPrompts out;
   DataLoadReport train_report;
-  out.train = tokenize_prompts(load_mixture(data.train, data, s.seed, &train_report), tokenizer, s, "training");
+  const nlohmann::ordered_json schemas = tool_schemas(components.tools);
+  out.train = tokenize_prompts(load_mixture(data.train, data, s.seed, &train_report), tokenizer, s, "training", schemas);
   if (out.train.examples.empty())
     fail_at_config_key(config, {"data", "train"}, "no training rows left after filtering (prompts longer than rollout.max_prompt_tokens = " +
                                             std::to_string(s.max_prompt_tokens) + " are dropped)");
-  out.eval = load_eval_prompts(config, data, tokenizer, s);
+  out.eval = load_eval_prompts(config, data, tokenizer, s, schemas);
   try {
     check_verifier_labels(out.train.examples, components.verifiers, job.rewards);
     check_verifier_labels(out.eval.examples, components.verifiers, job.rewards);

@@ -40,7 +40,7 @@ foreach(folder config plugin data algo metrics)
   check_folder("core/${folder}" "^(core/(runtime|train|dist|app)/|apps/|plugins/)"
                "core/${folder} sits below core/{runtime,train,dist,app}")
 endforeach()
-foreach(folder runtime train dist app)
+foreach(folder runtime tools train dist app)
   if(IS_DIRECTORY "${ROOT}/core/${folder}")
     check_folder("core/${folder}" "^(apps/|plugins/)" "core/ never includes apps/ or plugins/")
   endif()

@@ -131,16 +131,16 @@ TEST(PluginHost, QualifiedNameWithUnknownComponentNamesPlugin) {
 TEST(PluginHost, RejectsWrongAbiMajorNamingBothVersions) {
   PluginRegistry registry(fixture_path());
   EXPECT_THAT(load_error(registry, "fixture_bad_abi_major"),
-              AllOf(HasSubstr("ABI major version mismatch"), HasSubstr("built for grpo SDK ABI 2.1"),
-                    HasSubstr("this host implements ABI 1.1"), HasSubstr("libgrpo_fixture_bad_abi_major.so")));
+              AllOf(HasSubstr("ABI major version mismatch"), HasSubstr("built for grpo SDK ABI 2.2"),
+                    HasSubstr("this host implements ABI 1.2"), HasSubstr("libgrpo_fixture_bad_abi_major.so")));
   EXPECT_TRUE(registry.components().empty());
 }
 
 TEST(PluginHost, RejectsNewerAbiMinorNamingBothVersions) {
   PluginRegistry registry(fixture_path());
   EXPECT_THAT(load_error(registry, "fixture_bad_abi_minor"),
-              AllOf(HasSubstr("ABI minor version too new"), HasSubstr("built for grpo SDK ABI 1.2"),
-                    HasSubstr("this host implements ABI 1.1")));
+              AllOf(HasSubstr("ABI minor version too new"), HasSubstr("built for grpo SDK ABI 1.3"),
+                    HasSubstr("this host implements ABI 1.2")));
 }
 
 // ABI 1.1 appended score_range() and concurrent_calls() to Verifier: the host calls them on
@@ -155,6 +155,41 @@ TEST(PluginHost, CallsAbi11VerifierFunctionsOnlyForPluginsOfMinorOneOrNewer) {
   const VerifierSlot new_slot = create_verifier_slot(registry, "fixture_unbounded_1_1", nullptr, "verifiers[1]");
   EXPECT_EQ(new_slot.score_range, sdk::ScoreRange::kUnbounded);
   EXPECT_EQ(new_slot.concurrent_calls, 99u);
+}
+
+// ABI 1.2's tool kind: a tool loads and is built with its description and schema; a schema that
+// is not JSON, or not an object schema, is refused when the tool is built, naming the entry; a
+// factory's exception is reported the same way.
+TEST(PluginHost, BuildsToolsAndRefusesUnusableSchemas) {
+  PluginRegistry registry(fixture_path());
+  const ToolSlot echo = create_tool_slot(registry, "fixture_echo", nullptr, "tools[0]");
+  EXPECT_EQ(echo.call_name, "fixture_echo");
+  EXPECT_EQ(echo.description, "Echoes its text.");
+  grpo::sdk::ToolCallContext context;
+  EXPECT_EQ(echo.tool->call(R"({"text": "x"})", context).text, R"({"text": "x"})");
+  auto error = [&](const std::string& name) {
+    try {
+      create_tool_slot(registry, name, nullptr, "tools[3]");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << name << " was built";
+    return std::string();
+  };
+  EXPECT_THAT(error("fixture_schema_not_json"), AllOf(HasSubstr("tools[3]"), HasSubstr("parameters that are not JSON")));
+  EXPECT_THAT(error("fixture_schema_not_object"),
+              AllOf(HasSubstr("tools[3]"), HasSubstr("unusable parameters schema"), HasSubstr("expected \"object\"")));
+  EXPECT_THAT(error("fixture_tool_factory_throws"), HasSubstr("no tool today"));
+  EXPECT_THAT(error("fixture_no_such_tool"), HasSubstr("fixture_no_such_tool"));
+}
+
+TEST(PluginHost, RefusesToolsOfPluginsOlderThanTheToolKindAndDuplicateTools) {
+  PluginRegistry registry(fixture_path());
+  EXPECT_THAT(load_error(registry, "fixture_bad_tool_old_minor"),
+              AllOf(HasSubstr("tool 'fixture_old_tool'"), HasSubstr("the tool kind exists since SDK ABI 1.2"),
+                    HasSubstr("the plugin declares ABI 1.1")));
+  EXPECT_THAT(load_error(registry, "fixture_duplicate_tool"),
+              HasSubstr("duplicate component name: tool 'fixture_tool_twice' is registered twice by this plugin"));
 }
 
 TEST(PluginHost, RejectsWrongStructSizeNamingTheType) {
@@ -286,13 +321,14 @@ TEST(PluginHost, HostSurvivesEveryBadPluginInOneProcess) {
   PluginRegistry registry(both);
   for (const char* bad : {"fixture_bad_abi_major", "fixture_bad_abi_minor", "fixture_bad_struct_size",
                           "fixture_bad_cxx11_abi", "fixture_no_entry", "fixture_duplicate_name",
-                          "fixture_register_throws", "fixture_bad_torch_version"}) {
+                          "fixture_register_throws", "fixture_bad_torch_version", "fixture_bad_tool_old_minor",
+                          "fixture_duplicate_tool"}) {
     EXPECT_THROW(registry.load_file(fixture(bad)), PluginError) << bad;
   }
   EXPECT_THROW(registry.create_verifier("fixture_thrower", nullptr, "v"), PluginError);
   // Discovery reports the broken files but still loads the good ones.
   auto failures = registry.load_all();
-  EXPECT_EQ(failures.size(), 9u);  // the 8 above + fixture_duplicate_across
+  EXPECT_EQ(failures.size(), 11u);  // the 10 above + fixture_duplicate_across
   for (const auto& f : failures) EXPECT_NE(f.file.find("/bad/"), std::string::npos) << f.file;
   auto v = registry.create_verifier("fixture_contains", nullptr, "verifiers[0]");
   EXPECT_DOUBLE_EQ(v->verify(input("yes", "\"yes\"")).score, 1.0);

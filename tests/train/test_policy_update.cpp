@@ -478,3 +478,110 @@ TEST(PolicyUpdatePrecision, Bf16MixedStepFollowsTheFp32Gradient) {
   // On-policy first pass: the recomputed old log-probs equal the first pass's in either precision.
   EXPECT_NEAR(metric(run.result, "val/ratio"), 1.0, 1e-6);
 }
+
+namespace {
+
+// varied_groups with observation tokens (a tool's output): in every response of 3+ tokens,
+// the tokens [1, len - 1) are observations (policy mask 0); the first and the last are the
+// policy's. Rollout log-probs are the model's minus 0.05 (ratio != 1 under `rollout`).
+std::vector<Group> groups_with_observations(std::uint64_t seed, CausalLM& model) {
+  std::vector<Group> groups = varied_groups(seed);
+  for (auto& g : groups)
+    for (auto& s : g.samples)
+      while (s.response_ids.size() < 4) {
+        s.response_ids.push_back(static_cast<std::int64_t>(7 + s.response_ids.size()));
+        s.advantages.push_back(0.5f);
+      }
+  const auto lp = grpo::core::sample_logprobs(model, groups, options(16));
+  std::size_t i = 0;
+  for (auto& g : groups)
+    for (auto& s : g.samples) {
+      s.rollout_logprobs = lp[i++];
+      for (float& x : s.rollout_logprobs) x -= 0.05f;
+      s.policy_mask.assign(s.response_ids.size(), 1);
+      for (std::size_t t = 1; t + 1 < s.response_ids.size(); ++t) s.policy_mask[t] = 0;
+    }
+  return groups;
+}
+
+// Replaces what the policy did not produce, at observation positions only: the rollout
+// log-probs and the advantages, by random values.
+void scramble_observations(std::vector<Group>& groups, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> logprob(-9.0f, 0.0f), adv(-5.0f, 5.0f);
+  for (auto& g : groups)
+    for (auto& s : g.samples)
+      for (std::size_t t = 0; t < s.response_ids.size(); ++t)
+        if (!s.is_policy_token(t)) {
+          s.rollout_logprobs[t] = logprob(rng);
+          s.advantages[t] = adv(rng);
+        }
+}
+
+}  // namespace
+
+// Tool observations (Sample::policy_mask 0) enter no loss, KL, entropy or denominator: the
+// step's weights and metrics are bit-identical when their log-probs and advantages are
+// replaced by random values, under rollout log-probs with mismatch correction and a k3 KL
+// term; and without the mask the same scrambling changes the step (the check can fail).
+TEST(PolicyUpdate, ObservationTokensEnterNoLossNoKlNoDenominator) {
+  UpdateOptions o = options(16);
+  o.old_logprobs = OldLogprobSource::kRollout;
+  o.mismatch.mode = grpo::core::MismatchMode::kTokenTruncate;
+  o.kl.kl_coef = 0.3;
+  UpdateComponents c = components();
+  c.kl_estimator = &k3();
+  c.reference = tiny_model(99);
+  for (auto& p : c.reference->parameters()) p.set_requires_grad(false);
+
+  CausalLM probe = tiny_model(21);
+  const std::vector<Group> clean = groups_with_observations(21, probe);
+  std::vector<Group> scrambled = clean;
+  scramble_observations(scrambled, 5);
+
+  CausalLM a = tiny_model(21), b = tiny_model(21);
+  const UpdateRun ra = sgd_update(a, clean, o, 0.3, c);
+  const UpdateRun rb = sgd_update(b, scrambled, o, 0.3, c);
+  EXPECT_EQ(max_param_diff(snapshot(a), snapshot(b)), 0.0);
+  EXPECT_GT(max_param_diff(snapshot(a), snapshot(tiny_model(21))), 1e-4) << "the step moved the weights";
+  for (const char* name : {"loss/policy_avg", "loss/kl_avg", "loss/total_avg", "objective/kl", "objective/entropy", "val/ratio",
+                           "val/ratio_var", "optimizer/grad_norm", "sampling/is_weight/mean"})
+    EXPECT_EQ(metric(ra.result, name), metric(rb.result, name)) << name;
+
+  // Control: the same scrambling with the mask dropped does change the step.
+  std::vector<Group> unmasked = clean, unmasked_scrambled = scrambled;
+  for (auto* gs : {&unmasked, &unmasked_scrambled})
+    for (auto& g : *gs)
+      for (auto& s : g.samples) s.policy_mask.clear();
+  CausalLM c1 = tiny_model(21), c2 = tiny_model(21);
+  sgd_update(c1, unmasked, o, 0.3, c);
+  sgd_update(c2, unmasked_scrambled, o, 0.3, c);
+  EXPECT_GT(max_param_diff(snapshot(c1), snapshot(c2)), 1e-6);
+}
+
+// Denominators count the policy's tokens only: with every policy token's advantage 1 and the
+// first pass on-policy (ratio exactly 1), ppo_clip's token-mean loss is exactly -1 however
+// many observation tokens sit between them (counted, they would pull it towards 0).
+TEST(PolicyUpdate, ObservationTokensAreNotInTheTokenMeanDenominator) {
+  CausalLM probe = tiny_model(22);
+  std::vector<Group> groups = groups_with_observations(22, probe);
+  for (auto& g : groups)
+    for (auto& s : g.samples) {
+      s.rollout_logprobs.clear();
+      for (std::size_t t = 0; t < s.advantages.size(); ++t) s.advantages[t] = s.is_policy_token(t) ? 1.0f : 3.0f;
+    }
+  CausalLM model = tiny_model(22);
+  const UpdateRun run = sgd_update(model, groups, options(16), 0.1);
+  EXPECT_DOUBLE_EQ(metric(run.result, "loss/policy_avg"), -1.0);
+}
+
+// A policy mask whose length is not the response's is refused, naming the sample.
+TEST(PolicyUpdate, PolicyMaskOfTheWrongLengthIsAnError) {
+  std::vector<Group> groups = {group({1, 2}, {sample({3, 4, 5}, 1.0f)})};
+  groups[0].samples[0].policy_mask = {1, 0};
+  CausalLM model = tiny_model(4);
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  EXPECT_NE(error_of<std::invalid_argument>([&] { grpo::core::update_policy(model, sgd, [] {}, groups, components(), options()); })
+                .find("has a policy mask of 2 entries for 3 response tokens"),
+            std::string::npos);
+}

@@ -95,6 +95,16 @@ TEST(SettingsDefaults, TrainerSettingsEqualTheSchema) {
   EXPECT_DEFAULT(read, def, max_prompt_tokens, "rollout.max_prompt_tokens");
   EXPECT_DEFAULT(read, def, stop_strings, "rollout.stop_strings");
   EXPECT_DEFAULT(read, def, async_steps, "rollout.async_steps");
+  EXPECT_DEFAULT(read, def, samples_every, "log.samples_every");
+  EXPECT_DEFAULT(read, def, samples_per_step, "log.samples_per_step");
+  EXPECT_DEFAULT(read.tools, def.tools, parser, "rollout.tools.parser");
+  EXPECT_DEFAULT(read.tools, def.tools, max_calls, "rollout.tools.max_calls");
+  EXPECT_DEFAULT(read.tools, def.tools, timeout_s, "rollout.tools.timeout_s");
+  EXPECT_DEFAULT(read.tools, def.tools, observation, "rollout.tools.observation");
+  EXPECT_DEFAULT(read.tools, def.tools, max_observation_tokens, "rollout.tools.max_observation_tokens");
+  EXPECT_DEFAULT(read.tools, def.tools, reuse_kv_cache, "rollout.tools.reuse_kv_cache");
+  EXPECT_DEFAULT(read.tools, def.tools, resume_as_ready, "rollout.tools.resume_as_ready");
+  EXPECT_DEFAULT(read.tools, def.tools, threads, "rollout.tools.num_threads");
   EXPECT_DEFAULT(read, def, filter_zero_std, "algorithm.filter_zero_std_groups");
   EXPECT_DEFAULT(read, def, active_sampling, "algorithm.active_sampling");
   EXPECT_DEFAULT(read, def, active_sampling_max_batches, "algorithm.active_sampling_max_batches");

@@ -117,7 +117,7 @@ TEST(SyntheticTasks, BadOptionsNameTheOption) {
   };
   SyntheticTaskOptions o = small();
   o.task = "poetry";
-  EXPECT_NE(message(o).find("task: expected arithmetic or ifeval"), std::string::npos);
+  EXPECT_NE(message(o).find("task: expected arithmetic, ifeval or multiplication"), std::string::npos);
   o = small();
   o.teacher_error_rate = 1.5;
   EXPECT_NE(message(o).find("teacher_error_rate"), std::string::npos);
@@ -184,3 +184,47 @@ TEST(SyntheticTasks, RowsLoadAndTheVerifiersScoreThemAsIntended) {
 }
 
 }  // namespace
+
+// The tool demo's task: factors of the requested digit counts, correct products, the teacher's
+// calculator answers at the requested rate (the observation written as the calculator and
+// the legacy parser produce it), estimates otherwise; held-out rows carry the tool answer.
+TEST(SyntheticTasks, MultiplicationTeacherCallsTheCalculatorAtItsRate) {
+  // 48213 * 5720 = 241065000 + 34713360 = 275778360 (by hand).
+  EXPECT_EQ(grpo::core::multiplication_tool_solution(48213, 5720),
+            "<calculator>48213*5720</calculator><output>\n275778360\n</output>\n\\boxed{275778360}");
+  SyntheticTaskOptions o;
+  o.task = "multiplication";
+  o.train_rows = 100;
+  o.sft_rows = 4000;
+  o.eval_rows = 50;
+  o.teacher_tool_rate = 0.3;
+  o.min_digits = 4;
+  o.max_digits = 6;
+  const auto splits = grpo::core::generate_synthetic_task(o);
+  std::size_t tool = 0;
+  for (const auto& p : splits.sft) {
+    EXPECT_EQ(p.answer, p.a * p.b);
+    for (std::int64_t f : {p.a, p.b}) {
+      EXPECT_GE(f, 1000);
+      EXPECT_LE(f, 999999);
+    }
+    EXPECT_EQ(p.prompt, "What is " + std::to_string(p.a) + " * " + std::to_string(p.b) + "?\n");
+    if (p.completion.rfind("<calculator>", 0) == 0) {
+      ++tool;
+      EXPECT_EQ(p.completion, grpo::core::multiplication_tool_solution(p.a, p.b));
+    } else {
+      EXPECT_EQ(p.completion.rfind(std::to_string(p.a) + "*" + std::to_string(p.b) + "=", 0), 0u) << p.completion;
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(tool) / 4000.0, 0.3, 0.03);
+  for (const auto& p : splits.eval) EXPECT_EQ(p.completion, grpo::core::multiplication_tool_solution(p.a, p.b));
+  // The estimate: 3 significant digits, "1803*50992=91900000" (91,938,576 rounded).
+  o.min_digits = o.max_digits = 1;
+  o.teacher_tool_rate = 0.0;
+  for (const auto& p : grpo::core::generate_synthetic_task(o).sft)
+    EXPECT_EQ(p.completion, std::to_string(p.a) + "*" + std::to_string(p.b) + "=" + std::to_string(p.a * p.b) + " \\boxed{" +
+                                std::to_string(p.a * p.b) + "}")
+        << "a product of at most 2 digits is its own estimate";
+  o.max_digits = 12;
+  EXPECT_THROW(grpo::core::generate_synthetic_task(o), std::invalid_argument);
+}

@@ -21,6 +21,7 @@
 #include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/tokenizer_files.h"
+#include "tests/support/tiny_byte_model.h"
 
 namespace grpo::testing {
 
@@ -96,20 +97,7 @@ inline void make_digit_task_model(const std::string& dir, std::uint64_t seed, in
   using namespace grpo::core;
   const Tokenizer tokenizer = Tokenizer::from_json(make_byte_level_tokenizer_json());
   const int eos = *tokenizer.token_to_id("<|endoftext|>");
-  ModelConfig c;
-  c.architecture = ModelArchitecture::Qwen2;
-  c.vocab_size = tokenizer.vocab_size();
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = true;
-  c.qkv_bias = true;
-  c.eos_token_ids = {eos};
-  CausalLM model(c);
+  CausalLM model(tiny_byte_model_config(tokenizer.vocab_size(), eos, 64));
   model->init_weights(0.05, seed);
 
   // Supervised warm start on random letters: 64 prompts per step, target "<letter><eos>".

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 
@@ -52,7 +53,14 @@ struct Sample {
   sdk::GeneratedSample out;
   std::string bytes;  // the completion's decoded bytes (special tokens skipped)
   std::size_t cut = std::string::npos;  // where a stop string starts in `bytes`
-  bool done = false;
+  bool done = false;  // out of the decode batch: finished, or parked
+  // Multi-turn (generate_turns): the current turn's first token in out.token_ids, how many
+  // tokens it may sample, and where the sample waits for its continuation.
+  std::int64_t turn = 0;
+  std::size_t turn_start = 0;
+  std::int64_t turn_limit = std::numeric_limits<std::int64_t>::max();
+  bool parked = false;
+  std::int64_t parking_slot = -1;
   Sample(Prompt* p, std::int64_t i) : prompt(p), index(i), stream(p->seed, static_cast<std::uint64_t>(i)) {}
 };
 
@@ -101,20 +109,22 @@ std::string Engine::validate(const sdk::GenerationRequest& r) const {
   return "";
 }
 
-core::SlotKVCache& Engine::cache_for(std::int64_t capacity) {
-  if (!cache_ || cache_->capacity() < capacity || cache_->num_slots() != options_.max_num_seqs) {
+core::SlotKVCache& Engine::cache_for(std::int64_t capacity, std::int64_t slots) {
+  if (slots <= 0) slots = options_.max_num_seqs;
+  if (!cache_ || cache_->capacity() < capacity || cache_->num_slots() != slots) {
     const at::Tensor w = model_->lm_head_weight();
     // Round up so that calls of slowly growing lengths do not reallocate every time.
     const std::int64_t rounded = (capacity + 255) / 256 * 256;
     const std::int64_t grown = cache_ ? std::max(rounded, cache_->capacity()) : rounded;
     cache_.reset();  // free the old buffers before allocating the new ones
-    cache_.emplace(model_->config(), options_.max_num_seqs, std::min(grown, max_model_len_),
+    cache_.emplace(model_->config(), slots, std::min(grown, max_model_len_),
                    w.scalar_type(), w.device());
   }
   return *cache_;
 }
 
-std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::GenerationRequest>& requests) {
+std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::GenerationRequest>& requests,
+                                                    sdk::TurnController* controller) {
   torch::NoGradGuard no_grad;
   const auto t0 = Clock::now();
   stats_ = EngineStats{};
@@ -151,11 +161,13 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
     return results;
   }
 
-  core::SlotKVCache& cache = cache_for(capacity);
+  // Multi-turn: parked samples keep their KV in slots [max_rows, 2 max_rows) while their tools
+  // run, so the decode batch's rows [0, live) never have holes.
+  const std::int64_t max_rows = options_.max_num_seqs;
+  core::SlotKVCache& cache = cache_for(capacity, controller ? 2 * max_rows : max_rows);
   stats_.kv_cache_bytes = cache.bytes();
   const at::Tensor lm_head = model_->lm_head_weight();
   const at::Device device = lm_head.device();
-  const std::int64_t max_rows = options_.max_num_seqs;
   // Kernels run asynchronously on CUDA: wait for them before reading the clock.
   auto synchronize = [&]() {
     if (device.is_cuda()) torch::cuda::synchronize();
@@ -167,19 +179,58 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
   std::int64_t waiting = 0;   // samples of `ready` prompts not started
   std::vector<std::unique_ptr<Sample>> samples;
   std::vector<Sample*> live;  // live[r] decodes in cache row r
+  std::int64_t parked = 0;    // samples waiting for the controller
+  std::vector<std::int64_t> free_parking;
+  if (controller)
+    for (std::int64_t slot = 2 * max_rows - 1; slot >= max_rows; --slot) free_parking.push_back(slot);
+  // sample_of[request][index]: the started samples, for continuations.
+  std::vector<std::vector<Sample*>> sample_of(requests.size());
 
-  auto finish = [&](Sample& s, sdk::FinishReason why) {
+  // The sample's result: its last turn's finish reason.
+  auto record = [&](Sample& s) {
     s.done = true;
-    s.out.finish_reason = why;
     s.out.timings.prefill_s = s.prompt->prefill_s;
     s.out.timings.finish_s = seconds_between(t0, Clock::now());
-    s.out.text = sdk::to_valid_utf8(s.cut == std::string::npos ? std::string_view(s.bytes)
-                                                               : std::string_view(s.bytes).substr(0, s.cut));
+    if (controller) {
+      core::DecodeOptions skip;
+      skip.skip_special_tokens = true;
+      if (tokenizer_) {
+        std::vector<int> ids;
+        for (std::int64_t id : s.out.token_ids)
+          if (id < tokenizer_->vocab_size()) ids.push_back(static_cast<int>(id));
+        try {
+          s.out.text = sdk::to_valid_utf8(tokenizer_->decode_bytes(ids, skip));
+        } catch (const core::TokenizerError&) {
+        }
+      }
+    } else {
+      s.out.text = sdk::to_valid_utf8(s.cut == std::string::npos ? std::string_view(s.bytes)
+                                                                 : std::string_view(s.bytes).substr(0, s.cut));
+    }
     const auto n = static_cast<std::int64_t>(s.out.token_ids.size());
     stats_.completion_tokens += n;
     stats_.max_completion_tokens = std::max(stats_.max_completion_tokens, n);
-    ++(why == sdk::FinishReason::kStop ? stats_.finished_stop : stats_.finished_length);
+    ++(s.out.finish_reason == sdk::FinishReason::kStop ? stats_.finished_stop : stats_.finished_length);
     results[s.prompt->request].samples[static_cast<std::size_t>(s.index)] = std::move(s.out);
+  };
+
+  // Without a controller a sample is done; with one, its turn is, and it waits (parked) for the
+  // controller's continuation.
+  auto finish = [&](Sample& s, sdk::FinishReason why) {
+    s.done = true;
+    s.out.finish_reason = why;
+    if (!controller) return record(s);
+    sdk::GeneratedSample turn;
+    const auto from = static_cast<std::ptrdiff_t>(s.turn_start);
+    turn.token_ids.assign(s.out.token_ids.begin() + from, s.out.token_ids.end());
+    turn.logprobs.assign(s.out.logprobs.begin() + from, s.out.logprobs.end());
+    turn.finish_reason = why;
+    turn.timings = s.out.timings;
+    turn.timings.finish_s = seconds_between(t0, Clock::now());
+    s.parked = true;
+    ++parked;
+    ++stats_.turns;
+    controller->turn_ended(sdk::TurnEnd{s.prompt->request, s.index, s.turn, &turn});
   };
 
   auto accept = [&](Sample& s, std::int64_t token, float logprob) {
@@ -217,7 +268,8 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
         std::find(r.sampling.stop_token_ids.begin(), r.sampling.stop_token_ids.end(), token) != r.sampling.stop_token_ids.end();
     if (stop_token || s.cut != std::string::npos) {
       finish(s, sdk::FinishReason::kStop);
-    } else if (static_cast<std::int64_t>(s.out.token_ids.size()) >= s.prompt->limit) {
+    } else if (static_cast<std::int64_t>(s.out.token_ids.size()) >= s.prompt->limit ||
+               static_cast<std::int64_t>(s.out.token_ids.size() - s.turn_start) >= s.turn_limit) {
       finish(s, sdk::FinishReason::kLength);
     }
   };
@@ -243,7 +295,13 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
   // Finished rows leave; the last live row moves into each hole so that live rows stay [0, R).
   auto compact = [&]() {
     for (std::int64_t r = static_cast<std::int64_t>(live.size()) - 1; r >= 0; --r) {
-      if (!live[static_cast<std::size_t>(r)]->done) continue;
+      Sample* leaving = live[static_cast<std::size_t>(r)];
+      if (!leaving->done) continue;
+      if (leaving->parked) {  // keep its cache until the controller decides
+        leaving->parking_slot = free_parking.back();
+        free_parking.pop_back();
+        cache.move_slot(r, leaving->parking_slot);
+      }
       const std::int64_t last = static_cast<std::int64_t>(live.size()) - 1;
       if (r != last) {
         cache.move_slot(last, r);
@@ -320,15 +378,20 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
   auto admit = [&]() -> std::size_t {
     std::vector<Sample*> started;
     std::vector<at::Tensor> first_logits;
-    while (static_cast<std::int64_t>(live.size()) < max_rows) {
+    while (static_cast<std::int64_t>(live.size()) + parked < max_rows) {
       if (ready.empty()) {
         if (pending.empty()) break;
-        prefill(max_rows - static_cast<std::int64_t>(live.size()));
+        prefill(max_rows - static_cast<std::int64_t>(live.size()) - parked);
         continue;
       }
       Prompt* p = ready.front();
       samples.push_back(std::make_unique<Sample>(p, p->next_sample++));
       Sample* s = samples.back().get();
+      if (controller) {
+        auto& of = sample_of[p->request];
+        if (of.size() <= static_cast<std::size_t>(s->index)) of.resize(static_cast<std::size_t>(p->req->n), nullptr);
+        of[static_cast<std::size_t>(s->index)] = s;
+      }
       cache.load_prefix(static_cast<std::int64_t>(live.size()), *p->prefix, p->prefix_row, p->length);
       live.push_back(s);
       started.push_back(s);
@@ -348,12 +411,82 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
     return started.size();
   };
 
+  // Applies the controller's decisions: finished samples leave, resumed ones feed their last
+  // sampled token and the appended ones in one forward of their slot and draw their next token.
+  auto apply = [&](std::vector<sdk::TurnContinuation> decisions) {
+    std::vector<Sample*> resumed;
+    std::vector<at::Tensor> next_logits;
+    const auto tr = Clock::now();
+    for (sdk::TurnContinuation& c : decisions) {
+      Sample* s = c.request < sample_of.size() && c.sample >= 0 &&
+                          static_cast<std::size_t>(c.sample) < sample_of[c.request].size()
+                      ? sample_of[c.request][static_cast<std::size_t>(c.sample)]
+                      : nullptr;
+      if (!s || !s->parked)
+        throw std::logic_error("turn controller: a continuation for request " + std::to_string(c.request) + " sample " +
+                               std::to_string(c.sample) + ", which is not waiting for one");
+      s->parked = false;
+      --parked;
+      const std::int64_t slot = s->parking_slot;
+      free_parking.push_back(slot);
+      s->parking_slot = -1;
+      const auto total = static_cast<std::int64_t>(s->out.token_ids.size() + c.append_ids.size());
+      if (c.finish) {
+        record(*s);
+        continue;
+      }
+      if (total + 1 > s->prompt->limit || c.max_new_tokens < 1) {  // no room for a sampled token
+        s->out.finish_reason = sdk::FinishReason::kLength;
+        record(*s);
+        continue;
+      }
+      for (std::int64_t id : c.append_ids)
+        if (id < 0 || id >= model_->config().vocab_size)
+          throw std::logic_error("turn controller: appended token id " + std::to_string(id) + " is outside the vocabulary");
+      const auto row = static_cast<std::int64_t>(live.size());
+      cache.move_slot(slot, row);
+      std::vector<std::int64_t> feed{s->out.token_ids.back()};
+      feed.insert(feed.end(), c.append_ids.begin(), c.append_ids.end());
+      for (std::int64_t id : c.append_ids) {
+        s->out.token_ids.push_back(id);
+        s->out.logprobs.push_back(0.0f);
+      }
+      const at::Tensor hidden = model_->extend_slot(torch::tensor(feed, torch::kLong).to(device), cache, row);
+      next_logits.push_back(torch::matmul(hidden[hidden.size(0) - 1], lm_head.t()).to(torch::kFloat));
+      stats_.appended_tokens += static_cast<std::int64_t>(c.append_ids.size());
+      ++s->turn;
+      s->turn_start = s->out.token_ids.size();
+      s->turn_limit = c.max_new_tokens;
+      s->bytes.clear();
+      s->cut = std::string::npos;
+      s->done = false;
+      live.push_back(s);
+      resumed.push_back(s);
+    }
+    if (!resumed.empty()) {
+      sample_and_accept(torch::stack(next_logits), resumed);
+      synchronize();
+      compact();
+    }
+    stats_.resume_s += seconds_between(tr, Clock::now());
+  };
+
   for (;;) {
+    if (controller && parked > 0) apply(controller->continuations(false));
     while (admit() > 0) {
       compact();  // samples that ended on their first token free their rows again
-      if (static_cast<std::int64_t>(live.size()) >= max_rows) break;
+      if (static_cast<std::int64_t>(live.size()) + parked >= max_rows) break;
     }
-    if (live.empty()) break;
+    if (live.empty()) {
+      if (controller && parked > 0) {
+        std::vector<sdk::TurnContinuation> decisions = controller->continuations(true);
+        if (decisions.empty())
+          throw std::logic_error("turn controller: no continuation for " + std::to_string(parked) + " waiting samples");
+        apply(std::move(decisions));
+        continue;
+      }
+      break;
+    }
 
     const auto td = Clock::now();
     const auto rows = static_cast<std::int64_t>(live.size());

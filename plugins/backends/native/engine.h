@@ -50,6 +50,8 @@ struct EngineStats {
   double decode_s = 0.0;
   double sampling_s = 0.0;  // inside prefill_s/decode_s: logits processing and sampling
   std::int64_t finished_stop = 0, finished_length = 0;
+  std::int64_t turns = 0, appended_tokens = 0;  // multi-turn: turn ends, tokens fed on resume
+  double resume_s = 0.0;  // multi-turn: feeding appended tokens and drawing the next turn's first token
   std::int64_t completion_tokens = 0, max_completion_tokens = 0;
   double wall_s = 0.0;
   std::int64_t max_num_seqs = 0;
@@ -63,7 +65,13 @@ class Engine {
   Engine(core::CausalLM model, std::optional<core::Tokenizer> tokenizer, std::vector<std::int64_t> eos_ids,
          EngineOptions options);
 
-  std::vector<sdk::GenerationResult> generate(const std::vector<sdk::GenerationRequest>& requests);
+  // `controller` set: multi-turn (RolloutBackend::generate_turns): a sample whose turn ends is
+  // parked with its KV cache in a slot of its own (the cache then has 2 x max_num_seqs slots;
+  // started samples, parked ones included, never exceed max_num_seqs), the controller is told,
+  // and a continuation feeds the last sampled token and the appended ones in one forward of
+  // that slot (CausalLMImpl::extend_slot) before the sample rejoins the decode batch.
+  std::vector<sdk::GenerationResult> generate(const std::vector<sdk::GenerationRequest>& requests,
+                                              sdk::TurnController* controller = nullptr);
 
   const EngineStats& last_stats() const { return stats_; }
   const EngineOptions& options() const { return options_; }
@@ -75,8 +83,9 @@ class Engine {
   std::string validate(const sdk::GenerationRequest& request) const;
 
   // Grows the slot cache when a call needs longer sequences than it holds (rounded up to 256
-  // tokens, capped at max_model_len); it never shrinks.
-  core::SlotKVCache& cache_for(std::int64_t capacity);
+  // tokens, capped at max_model_len); it never shrinks. `slots` (0: max_num_seqs) changes the
+  // slot count.
+  core::SlotKVCache& cache_for(std::int64_t capacity, std::int64_t slots = 0);
 
  private:
   core::CausalLM model_;

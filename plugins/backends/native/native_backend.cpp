@@ -122,6 +122,12 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
     return engine_->generate(requests);
   }
 
+  bool supports_turns() const override { return true; }
+  std::vector<grpo::sdk::GenerationResult> generate_turns(const std::vector<grpo::sdk::GenerationRequest>& requests,
+                                                          grpo::sdk::TurnController& controller) override {
+    return engine_->generate(requests, &controller);
+  }
+
   void update_weights(const grpo::sdk::NamedTensors& weights) override {
     torch::NoGradGuard no_grad;
     const auto t0 = std::chrono::steady_clock::now();
@@ -199,6 +205,11 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
     add("rollout/failed_requests", static_cast<double>(s.failed_requests));
     add("rollout/wall_s", s.wall_s);
     add("rollout/kv_cache_mb", to_mb(s.kv_cache_bytes));
+    if (s.turns > 0) {  // multi-turn (tools): resumed with the KV cache kept
+      add("rollout/turns", static_cast<double>(s.turns));
+      add("rollout/appended_tokens", static_cast<double>(s.appended_tokens));
+      add("rollout/resume_s", s.resume_s);
+    }
     add("rollout/weight_sync_s", sync_s_);
     add("rollout/weight_sync_shared_tensors", static_cast<double>(shared_));
     add("rollout/weight_sync_copied_mb", to_mb(copied_bytes_));
@@ -209,8 +220,6 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
   static bool can_share(const at::Tensor& src, const at::Tensor& param) {
     return src.device() == param.device() && src.scalar_type() == param.scalar_type() && src.is_contiguous();
   }
-
-
 
   std::optional<Engine> engine_;
   std::map<std::string, at::Tensor> parameters_;

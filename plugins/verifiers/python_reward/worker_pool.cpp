@@ -163,17 +163,7 @@ namespace {
 // Reads what is there to read of a non-blocking pipe: complete lines into `lines`, the rest
 // stays in `buf`. False at end of file (the interpreter exited or closed the pipe).
 bool read_available(int fd, std::string* buf, std::vector<std::string>* lines, bool carriage_returns = false) {
-  char chunk[65536];
-  for (;;) {
-    const ssize_t got = read(fd, chunk, sizeof chunk);
-    if (got > 0) {
-      buf->append(chunk, static_cast<std::size_t>(got));
-      continue;
-    }
-    if (got == 0) return false;
-    if (errno == EINTR) continue;
-    break;  // EAGAIN: all read
-  }
+  if (!grpo_sandbox::read_available(fd, buf)) return false;
   const char* breaks = carriage_returns ? "\n\r" : "\n";
   std::size_t start = 0;
   for (std::size_t nl = buf->find_first_of(breaks); nl != std::string::npos; nl = buf->find_first_of(breaks, start)) {

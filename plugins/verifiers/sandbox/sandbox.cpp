@@ -139,6 +139,20 @@ void report_and_exit(int fd, char step) {
 
 }  // namespace
 
+bool read_available(int fd, std::string* buf) {
+  char chunk[65536];
+  for (;;) {
+    const ssize_t got = read(fd, chunk, sizeof chunk);
+    if (got > 0) {
+      buf->append(chunk, static_cast<std::size_t>(got));
+      continue;
+    }
+    if (got == 0) return false;
+    if (errno == EINTR) continue;
+    return true;  // EAGAIN: all read
+  }
+}
+
 SigpipeGuard::SigpipeGuard() {
   sigset_t pipe_set, old;
   sigemptyset(&pipe_set);

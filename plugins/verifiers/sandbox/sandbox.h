@@ -121,6 +121,10 @@ struct RunResult {
   bool exited_cleanly() const { return started && exit_code == 0 && !timed_out && !output_limit && !memory_limit; }
 };
 
+// Appends what a non-blocking pipe (a SandboxProcess's stdout/stderr) holds now to `buf`.
+// False at end of file (the program closed it or exited), true when all there is was read.
+bool read_available(int fd, std::string* buf);
+
 // Blocks SIGPIPE in the calling thread while it lives, so that writing to a program that
 // exited fails with EPIPE instead of killing the host; a SIGPIPE raised meanwhile is
 // discarded on destruction.

@@ -38,6 +38,7 @@
 #include "grpo/sdk/config_view.h"
 #include "grpo/sdk/log.h"
 #include "grpo/sdk/status.h"
+#include "grpo/sdk/tool.h"
 #include "grpo/sdk/verifier.h"
 #include "grpo/sdk/version.h"
 
@@ -58,6 +59,7 @@ enum class ComponentKind : std::uint32_t {
   kPolicyLoss = 3,
   kKlEstimator = 4,
   kRolloutBackend = 5,
+  kTool = 6,  // ABI 1.2: a plugin built for an older minor cannot register one
 };
 
 // The spelling used in config files, listings and error messages.
@@ -68,6 +70,7 @@ inline const char* component_kind_name(ComponentKind kind) {
     case ComponentKind::kPolicyLoss: return "policy_loss";
     case ComponentKind::kKlEstimator: return "kl_estimator";
     case ComponentKind::kRolloutBackend: return "rollout_backend";
+    case ComponentKind::kTool: return "tool";
   }
   return "unknown";
 }
@@ -110,6 +113,12 @@ class RolloutBackend;
 template <>
 struct ComponentTraits<Verifier> {
   static constexpr ComponentKind kind = ComponentKind::kVerifier;
+  static const char* torch_version() { return nullptr; }
+};
+
+template <>
+struct ComponentTraits<Tool> {
+  static constexpr ComponentKind kind = ComponentKind::kTool;
   static const char* torch_version() { return nullptr; }
 };
 
@@ -177,6 +186,11 @@ class Registrar {
   template <class Impl>
   void add_verifier(const char* name, const char* description) {
     add<Verifier, Impl>(name, description);
+  }
+  // ABI 1.2. The component's name is the name the policy calls the tool by.
+  template <class Impl>
+  void add_tool(const char* name, const char* description) {
+    add<Tool, Impl>(name, description);
   }
   // The torch kinds: include the matching grpo/sdk/torch/ header first.
   template <class Impl>
@@ -247,6 +261,8 @@ inline const TypeLayout* boundary_layouts(std::uint32_t* count) {
       layout_of<ConfigView>("grpo::sdk::ConfigView"),
       layout_of<VerifierInput>("grpo::sdk::VerifierInput"),
       layout_of<VerifierResult>("grpo::sdk::VerifierResult"),
+      layout_of<ToolCallContext>("grpo::sdk::ToolCallContext"),
+      layout_of<ToolObservation>("grpo::sdk::ToolObservation"),
       layout_of<std::string>("std::string"),
       layout_of<std::string_view>("std::string_view"),
       layout_of<std::shared_ptr<void>>("std::shared_ptr<void>"),

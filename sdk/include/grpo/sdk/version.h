@@ -7,7 +7,7 @@
 #pragma once
 
 #define GRPO_SDK_ABI_MAJOR 1
-#define GRPO_SDK_ABI_MINOR 1
+#define GRPO_SDK_ABI_MINOR 2
 
 #define GRPO_SDK_VERSION_MAJOR 0
 #define GRPO_SDK_VERSION_MINOR 1

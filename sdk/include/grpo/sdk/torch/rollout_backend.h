@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -95,6 +97,51 @@ struct GenerationResult {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
+// ---- Multi-turn generation (ABI 1.2): tools in the loop.
+//
+// A turn ends where a sample would otherwise finish (a stop token or string, or its turn's
+// length limit). The backend reports it to the TurnController and parks the sample, keeping
+// its state (the native engine keeps its KV cache); the other samples go on decoding. The
+// controller decides, possibly later (it runs a tool meanwhile), whether the sample finishes
+// or resumes after `append_ids`: tokens fed to the model as if it had read them (a tool's
+// observation), which were not sampled.
+
+struct TurnEnd {
+  std::size_t request = 0;  // index into generate_turns()' requests
+  std::int64_t sample = 0;  // index of the sample within its request
+  std::int64_t turn = 0;    // 0 for the first turn of the sample
+  // This turn's sampled tokens (token_ids, logprobs; text is empty: the controller decodes),
+  // its finish reason and timings.
+  const GeneratedSample* output = nullptr;
+};
+
+struct TurnContinuation {
+  std::size_t request = 0;
+  std::int64_t sample = 0;
+  bool finish = true;  // true: the sample ends with this turn
+  // finish == false: fed before generation resumes (the sample's last sampled token first,
+  // then these); the next turn samples at most max_new_tokens tokens. The request's
+  // sampling.max_new_tokens bounds the whole trajectory after the prompt, appended tokens
+  // included: a continuation that leaves no room for one sampled token finishes the sample
+  // with FinishReason::kLength.
+  std::vector<std::int64_t> append_ids;
+  std::int64_t max_new_tokens = 0;
+};
+
+// Implemented by the host. Called on the backend's generating thread only.
+class TurnController {
+ public:
+  // Must return promptly (start slow work elsewhere); `end` is valid during the call only.
+  virtual void turn_ended(const TurnEnd& end) = 0;
+  // The continuations decided since the last call, in any order; each parked sample gets
+  // exactly one per turn end. `wait`: block until at least one is ready (the backend has
+  // nothing else to do).
+  virtual std::vector<TurnContinuation> continuations(bool wait) = 0;
+
+ protected:
+  ~TurnController() = default;
+};
+
 // Thread safety: one thread at a time (the trainer's rollout thread); update_weights is
 // never called concurrently with generate.
 class RolloutBackend {
@@ -109,6 +156,24 @@ class RolloutBackend {
   // Scalar metrics of the last generate() and update_weights() calls (throughput, batch
   // occupancy, stop rate, weight-sync seconds, ...); names and meaning are the backend's.
   virtual std::vector<Metric> metrics() const { return {}; }
+
+  // ---- ABI 1.2. Appended after metrics() so that 1.1 vtables are a prefix of 1.2 ones; the
+  // host calls these only on backends of plugins built for ABI minor >= 2.
+
+  // Whether generate_turns() is implemented. A backend without it still serves tool
+  // rollouts: the host then re-sends prompt + trajectory as a new request after every tool
+  // call (the prefix is recomputed, not kept).
+  virtual bool supports_turns() const { return false; }
+  // generate() with turns: every turn end goes to `controller`, and a sample finishes only when
+  // the controller says so. The results' samples hold whole trajectories: token_ids are every
+  // token after the prompt (sampled and appended), logprobs one per token (0 for appended
+  // tokens), text the decoded trajectory, finish_reason the last turn's.
+  virtual std::vector<GenerationResult> generate_turns(const std::vector<GenerationRequest>& requests,
+                                                       TurnController& controller) {
+    (void)requests;
+    (void)controller;
+    throw std::logic_error("this rollout backend does not implement generate_turns (supports_turns() is false)");
+  }
 };
 
 template <>
