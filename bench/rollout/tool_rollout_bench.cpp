@@ -10,7 +10,7 @@
 //                appended tokens (the engine's generate_turns path);
 //   single-turn  the same prompts, one turn of as many tokens as a multi-turn sample holds
 //                (sampled + appended), all sampled.
-// Greedy with ignore_eos, so every sample has exactly that many tokens. The model: Qwen2-shaped,
+// Sampled (temperature 1, seeded) with ignore_eos, so every sample has exactly that many tokens. The model: Qwen2-shaped,
 // random weights, the CPU demo's size (hidden 256, 4 layers) over a byte-level vocabulary, so
 // that turns decode to text. Each variant runs --repeats times, alternating; medians.
 //
@@ -156,18 +156,21 @@ int main(int argc, char** argv) {
     r.id = std::to_string(i);
     const std::int64_t len = 16 + static_cast<std::int64_t>(rng() % 49);
     for (std::int64_t t = 0; t < len; ++t) r.prompt_ids.push_back(3 + static_cast<std::int64_t>(rng() % 250));
-    r.sampling.temperature = 0.0;
+    // Sampled (temperature 1, seeded): a random model's greedy text loops, and a loop repeats
+    // any stop string; sampled text does not, and the seed makes the first turn reproducible.
+    r.sampling.temperature = 1.0;
+    r.seed = static_cast<std::uint64_t>(i) + 1;
     requests.push_back(std::move(r));
   }
-  std::printf("workload: %lld prompts (16-64 tokens), greedy; multi-turn: %lld turns x %lld sampled tokens + %lld "
+  std::printf("workload: %lld prompts (16-64 tokens), sampled at temperature 1 (seeded); multi-turn: %lld turns x %lld sampled tokens + %lld "
               "appended observations of %lld tokens = %lld tokens per sample; single-turn: %lld sampled tokens\n",
               static_cast<long long>(prompts), static_cast<long long>(turns), static_cast<long long>(turn_tokens),
               static_cast<long long>(turns - 1), static_cast<long long>(observation_tokens), static_cast<long long>(total),
               static_cast<long long>(total));
 
   // The first turn ends where a tool call would: at a stop string. With random weights the
-  // stop string is taken from each prompt's own greedy continuation: the shortest tail of its
-  // first turn_tokens tokens (2-8 tokens) that occurs nowhere earlier, so the first turn ends
+  // stop string is taken from each prompt's own (seeded) continuation: the shortest tail of its
+  // first turn_tokens tokens (4-8 tokens) that occurs nowhere earlier, so the first turn ends
   // exactly there. Later turns end at the controller's turn limit. The single-turn requests
   // carry a stop string of the same length that never occurs, so both pay the same matching.
   {
@@ -181,7 +184,7 @@ int main(int argc, char** argv) {
       const auto& ids = first[i].samples.at(0).token_ids;
       std::vector<int> all(ids.begin(), ids.end());
       const std::string text = tokenizer.decode_bytes(all, skip);
-      for (std::size_t k = 2; k <= 8 && k <= ids.size(); ++k) {
+      for (std::size_t k = 4; k <= 8 && k <= ids.size(); ++k) {
         const std::string tail = tokenizer.decode_bytes(std::vector<int>(all.end() - static_cast<std::ptrdiff_t>(k), all.end()), skip);
         if (tail.empty() || text.find(tail) != text.size() - tail.size()) continue;
         // The last token must complete the tail (no shorter prefix of the text holds it).

@@ -359,12 +359,14 @@ torch::Tensor CausalLMImpl::decode_slots(const torch::Tensor& input_ids, SlotKVC
   return forward_slots(input_ids.view({R, 1}), cache, 0).view({R, -1});
 }
 
-torch::Tensor CausalLMImpl::extend_slot(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t slot) {
-  if (input_ids.dim() != 1 || input_ids.size(0) < 1) throw std::invalid_argument("extend_slot: input_ids must be [tokens], tokens >= 1");
-  if (slot < 0 || slot >= cache.num_slots())
-    throw std::invalid_argument("extend_slot: no slot " + std::to_string(slot) + " in a cache of " +
+torch::Tensor CausalLMImpl::extend_slots(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t first) {
+  if (input_ids.dim() != 2 || input_ids.size(0) < 1 || input_ids.size(1) < 1)
+    throw std::invalid_argument("extend_slots: input_ids must be [rows, tokens], both >= 1");
+  if (first < 0 || first + input_ids.size(0) > cache.num_slots())
+    throw std::invalid_argument("extend_slots: slots [" + std::to_string(first) + ", " +
+                                std::to_string(first + input_ids.size(0)) + ") are not in a cache of " +
                                 std::to_string(cache.num_slots()));
-  return forward_slots(input_ids.view({1, -1}), cache, slot).view({input_ids.size(0), -1});
+  return forward_slots(input_ids, cache, first);
 }
 
 torch::Tensor CausalLMImpl::forward_slots(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t first) {

@@ -205,11 +205,11 @@ class CausalLMImpl : public torch::nn::Module {
   // and appends the tokens' keys/values (each slot's length grows by one). Needs
   // torch::NoGradGuard and room for one more token in every row.
   torch::Tensor decode_slots(const torch::Tensor& input_ids, SlotKVCache& cache);
-  // Feeds input_ids [T] to one slot that already holds a sequence (a resumed rollout: the
-  // tokens of a tool's observation) in one forward: positions continue from the slot's
-  // length, each token attends to the slot's cache and the new tokens before it. Returns final
-  // hidden states [T, hidden]; the slot's length grows by T. Needs torch::NoGradGuard.
-  torch::Tensor extend_slot(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t slot);
+  // Feeds input_ids [R, T] to slots [first, first + R) that already hold sequences (resumed
+  // rollouts: the tokens of tools' observations) in one forward: positions continue from each
+  // slot's length, each token attends to its slot's cache and the new tokens before it. Returns
+  // final hidden states [R, T, hidden]; every slot's length grows by T. Needs torch::NoGradGuard.
+  torch::Tensor extend_slots(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t first);
 
   // The LM head's weight [vocab, hidden] (the embedding matrix when tied).
   torch::Tensor lm_head_weight() const;

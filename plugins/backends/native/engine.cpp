@@ -415,6 +415,7 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
   // sampled token and the appended ones in one forward of their slot and draw their next token.
   auto apply = [&](std::vector<sdk::TurnContinuation> decisions) {
     std::vector<Sample*> resumed;
+    std::vector<std::vector<std::int64_t>> feeds;  // per resumed sample: its last sampled token, then the appended ones
     std::vector<at::Tensor> next_logits;
     const auto tr = Clock::now();
     for (sdk::TurnContinuation& c : decisions) {
@@ -451,8 +452,7 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
         s->out.token_ids.push_back(id);
         s->out.logprobs.push_back(0.0f);
       }
-      const at::Tensor hidden = model_->extend_slot(torch::tensor(feed, torch::kLong).to(device), cache, row);
-      next_logits.push_back(torch::matmul(hidden[hidden.size(0) - 1], lm_head.t()).to(torch::kFloat));
+      feeds.push_back(std::move(feed));
       stats_.appended_tokens += static_cast<std::int64_t>(c.append_ids.size());
       ++s->turn;
       s->turn_start = s->out.token_ids.size();
@@ -462,6 +462,19 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
       s->done = false;
       live.push_back(s);
       resumed.push_back(s);
+    }
+    // The resumed samples sit in consecutive rows: each run of equal feed lengths is one forward.
+    const auto first_row = static_cast<std::int64_t>(live.size() - resumed.size());
+    for (std::size_t a = 0; a < feeds.size();) {
+      std::size_t b = a;
+      std::vector<std::int64_t> flat;
+      while (b < feeds.size() && feeds[b].size() == feeds[a].size()) flat.insert(flat.end(), feeds[b].begin(), feeds[b].end()), ++b;
+      const auto rows = static_cast<std::int64_t>(b - a), T = static_cast<std::int64_t>(feeds[a].size());
+      const at::Tensor hidden = model_->extend_slots(torch::tensor(flat, torch::kLong).view({rows, T}).to(device), cache,
+                                                     first_row + static_cast<std::int64_t>(a));
+      const at::Tensor last = torch::matmul(hidden.select(1, T - 1), lm_head.t()).to(torch::kFloat);
+      for (std::int64_t r = 0; r < rows; ++r) next_logits.push_back(last[r]);
+      a = b;
     }
     if (!resumed.empty()) {
       sample_and_accept(torch::stack(next_logits), resumed);
