@@ -109,7 +109,7 @@ class SlotKVCache {
 };
 
 // One step of slots [first, first + rows) of a SlotKVCache, T new tokens per row (built by
-// CausalLMImpl::decode_slots and extend_slot).
+// CausalLMImpl::decode_slots and extend_slots).
 struct SlotStep {
   SlotKVCache* cache = nullptr;
   int64_t first = 0;
@@ -228,7 +228,7 @@ class CausalLMImpl : public torch::nn::Module {
   Projection lm_head{nullptr};  // null when tie_word_embeddings
 
  private:
-  // input_ids [R, T] into slots [first, first + R): the body of decode_slots and extend_slot.
+  // input_ids [R, T] into slots [first, first + R): the body of decode_slots and extend_slots.
   torch::Tensor forward_slots(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t first);
 
   ModelConfig config_;

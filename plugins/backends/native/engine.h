@@ -69,7 +69,7 @@ class Engine {
   // parked with its KV cache in a slot of its own (the cache then has 2 x max_num_seqs slots;
   // started samples, parked ones included, never exceed max_num_seqs), the controller is told,
   // and a continuation feeds the last sampled token and the appended ones in one forward of
-  // that slot (CausalLMImpl::extend_slot) before the sample rejoins the decode batch.
+  // that slot (CausalLMImpl::extend_slots; one forward per run of equal lengths) before the sample rejoins the decode batch.
   std::vector<sdk::GenerationResult> generate(const std::vector<sdk::GenerationRequest>& requests,
                                               sdk::TurnController* controller = nullptr);
 
