@@ -16,7 +16,7 @@
 # in Python (configs/quickstart-python-reward.yaml, docs/python-rewards.md), in
 # runs/quickstart-ALGO-pyreward; step 4 still judges with the C++ math verifier.
 # TASK=tools (`make demo TASK=tools`, docs/tools.md): the tool demo instead: multiplication of
-# 4-digit numbers, an SFT teacher that calls the calculator on 30% of them, GRPO with the
+# 3-digit numbers, an SFT teacher that calls the calculator on 45% of them, GRPO with the
 # calculator in the rollouts (configs/quickstart-tools*.yaml); runs/tools-data, runs/tools-sft,
 # runs/tools-ALGO. It ends with the accuracy line and the tool-call rate before and after.
 set -euo pipefail
@@ -79,7 +79,7 @@ if [ "${TASK:-}" = tools ]; then
     exit 2
   fi
   echo "== 1/4 data: grpo-data multiplication --output $data"
-  "$bin/grpo-data" multiplication --output "$data" --seed 1 --max-digits 4 --teacher-tool-rate 0.45
+  "$bin/grpo-data" multiplication --output "$data" --seed 1 --min-digits 3 --max-digits 3 --teacher-tool-rate 0.45
   echo "== 2/4 sft: grpo-sft --config configs/quickstart-tools-sft.yaml"
   rm -rf "$sft_dir"
   "$bin/grpo-sft" --config configs/quickstart-tools-sft.yaml
