@@ -28,6 +28,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/processes.h"
 #include "grpo/sdk/config_value.h"
 #include "grpo/sdk/tool.h"
 #include "tests/support/build_plugins.h"
@@ -96,23 +97,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::string unique(const std::string& stem) {
-  return stem + std::to_string(getpid()) + "_" +
-         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
-}
-
-bool process_with_marker_exists(const std::string& marker) {
-  DIR* d = opendir("/proc");
-  bool found = false;
-  while (dirent* e = d ? readdir(d) : nullptr) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    if (cmd.find(marker) != std::string::npos) found = true;
-  }
-  if (d) closedir(d);
-  return found;
-}
+using grpo::testing::process_with_marker_exists;
+using grpo::testing::unique;
 
 // Polls for up to two seconds: the kernel takes a moment to reap a killed namespace.
 bool marker_process_gone(const std::string& marker) {

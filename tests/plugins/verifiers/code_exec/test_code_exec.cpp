@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/processes.h"
 #include "code_exec_test_util.h"
 #include "grpo/sdk/config_value.h"
 #include "grpo/sdk/verifier.h"
@@ -46,23 +47,8 @@ const std::shared_ptr<Verifier>& shared_verifier() {
   return v;
 }
 
-std::string unique(const std::string& stem) {
-  return stem + std::to_string(getpid()) + "_" +
-         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
-}
-
-bool process_with_marker_exists(const std::string& marker) {
-  DIR* d = opendir("/proc");
-  bool found = false;
-  while (dirent* e = d ? readdir(d) : nullptr) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    if (cmd.find(marker) != std::string::npos) found = true;
-  }
-  if (d) closedir(d);
-  return found;
-}
+using grpo::testing::process_with_marker_exists;
+using grpo::testing::unique;
 
 
 // ---- scoring -------------------------------------------------------------------------------
