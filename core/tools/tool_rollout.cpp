@@ -60,7 +60,7 @@ class ToolRollout::Controller final : public sdk::TurnController {
 
   Controller(ToolRollout& owner, const std::vector<sdk::GenerationRequest>& requests,
              const std::vector<std::string>& metadata)
-      : owner_(owner), requests_(requests), metadata_(metadata) {
+      : owner_(owner), metadata_(metadata) {
     const std::uint64_t call = ++g_generate_calls;
     for (std::size_t i = 0; i < requests.size(); ++i) {
       offsets_.push_back(trajs_.size());
@@ -230,7 +230,6 @@ class ToolRollout::Controller final : public sdk::TurnController {
   }
 
   ToolRollout& owner_;
-  const std::vector<sdk::GenerationRequest>& requests_;
   const std::vector<std::string>& metadata_;
   std::vector<std::size_t> offsets_;  // per request: index of its first trajectory
   std::vector<Traj> trajs_;
@@ -397,7 +396,6 @@ std::vector<ToolRolloutResult> ToolRollout::generate(sdk::RolloutBackend& backen
   }
   controller.end_trajectories();
 
-  std::map<std::string, std::size_t> per_tool;
   for (auto& t : controller.trajectories()) {
     ToolRolloutResult& r = results[t.request];
     if (!r.status.is_ok()) continue;
@@ -413,14 +411,6 @@ std::vector<ToolRolloutResult> ToolRollout::generate(sdk::RolloutBackend& backen
       stats_.timeouts += c.timed_out ? 1 : 0;
       stats_.malformed += c.malformed ? 1 : 0;
       stats_.tool_seconds += c.seconds;
-      if (c.malformed) continue;
-      auto [it, added] = per_tool.emplace(c.tool, stats_.per_tool.size());
-      if (added) stats_.per_tool.push_back({c.tool, 0, 0, 0, 0.0});
-      auto& p = stats_.per_tool[it->second];
-      ++p.calls;
-      p.errors += c.is_error ? 1 : 0;
-      p.timeouts += c.timed_out ? 1 : 0;
-      p.seconds += c.seconds;
     }
     r.samples[static_cast<std::size_t>(t.sample)] = std::move(t.out);
   }

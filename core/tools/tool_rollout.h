@@ -70,18 +70,13 @@ struct ToolRolloutResult {
   std::vector<Trajectory> samples;
 };
 
-// The scalar figures of one generate().
+// The scalar figures of one generate() (the per-tool metrics come from the samples:
+// tool_metrics in core/train/rollout_worker.h).
 struct ToolRolloutStats {
   std::int64_t samples = 0, calls = 0, errors = 0, timeouts = 0, malformed = 0, observation_tokens = 0;
   double tool_seconds = 0.0;  // summed over calls
   double wall_s = 0.0;
   bool resumed_in_backend = false;  // generate_turns was used
-  struct PerTool {
-    std::string name;
-    std::int64_t calls = 0, errors = 0, timeouts = 0;
-    double seconds = 0.0;
-  };
-  std::vector<PerTool> per_tool;
 };
 
 // What a chat template gets as `tools`: [{"type": "function", "function": {"name",
