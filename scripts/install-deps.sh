@@ -31,6 +31,10 @@ PACKAGES=(
   # private /tmp, no network), also for python_reward's workers; python3 runs the sandboxed
   # programs and the Python reward functions
   libginac-dev libcld2-dev bubblewrap python3
+  # HTTP for grpo-serve (the OpenAI-compatible server), the `openai` rollout backend and the
+  # llm_judge verifier: cpp-httplib's threaded server, chunked responses (server-sent events)
+  # and client with connect/read time-outs, one header plus its Debian-built library
+  libcpp-httplib-dev
   # the curves PNG of a run (core/metrics/plot.cpp draws with cairo; DejaVu Sans labels;
   # pkg-config finds cairo for CMake)
   libcairo2-dev fonts-dejavu-core pkg-config

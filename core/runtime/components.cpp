@@ -67,8 +67,10 @@ void fill_rollout_backend_defaults(sdk::ConfigValue& root) {
     *backend = std::move(node);
   }
   if (!backend->is_map()) return;
-  const sdk::ConfigValue* name = backend->find("name");
-  if (!name || !name->is_scalar() || name->scalar() != "native") return;
+  const sdk::ConfigValue* name_node = backend->find("name");
+  // A copy: backend->set() below may move the map's entries.
+  const std::string name = name_node && name_node->is_scalar() ? name_node->scalar() : std::string();
+  if (name != "native" && name != "openai") return;
   auto fill = [&](const char* option, const sdk::ConfigValue* from) {
     if (backend->find(option) || !from || !from->is_scalar() || from->scalar().empty()) return;
     backend->set(option, *from, from->location());
@@ -76,6 +78,9 @@ void fill_rollout_backend_defaults(sdk::ConfigValue& root) {
   fill("model", model_path);
   const sdk::ConfigValue* tokenizer_path = find_config_node(root, {"tokenizer", "path"});
   fill("tokenizer", tokenizer_path && tokenizer_path->is_scalar() && !tokenizer_path->scalar().empty() ? tokenizer_path : model_path);
+  // openai: the server computes; it needs the folder (config.json, the weights a LoRA sync
+  // overlays) and the tokenizer to compare with the server's, nothing of the engine's options.
+  if (name == "openai") return;
   // The engine computes in bf16 under bf16-mixed (its weights are bf16 copies of the masters).
   const sdk::ConfigValue* precision = find_config_node(root, {"train", "precision"});
   if (precision && precision->is_scalar() && precision->scalar() == "bf16-mixed" && !backend->find("dtype"))

@@ -80,7 +80,8 @@ void load_configured_plugins(PluginRegistry& registry, const sdk::ConfigValue& r
 // Training runs the rollout backend on the policy it trains: when model.path is set, a null
 // rollout.backend becomes the native backend, and the native backend's `model`, `tokenizer`,
 // `dtype` and `logprobs` options default to model.path, tokenizer.path, model.dtype and
-// `scaled` (the trainer's log-probs use the sampling temperature). Options the config gives win.
+// `scaled` (the trainer's log-probs use the sampling temperature); the openai backend's `model`
+// and `tokenizer` the same way (its server computes). Options the config gives win.
 // Used by grpo-run's --validate and by the run, so both construct the same components.
 void fill_rollout_backend_defaults(sdk::ConfigValue& root);
 

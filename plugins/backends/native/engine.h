@@ -11,6 +11,9 @@
 //     that throws (out of memory on a long prompt); the others complete. Non-finite logits
 //     (diverged weights) fail the whole call with an exception.
 //
+// Serving (grpo-serve) goes through serve(): requests join the running batch as they arrive,
+// between decode steps, instead of one generate() call's fixed list.
+//
 // Thread-safety: one thread at a time per Engine (the RolloutBackend contract).
 #pragma once
 
@@ -19,14 +22,20 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/model/checkpoint.h"
 #include "core/model/transformer.h"
 #include "core/tokenizer/tokenizer.h"
 #include "grpo/sdk/torch/rollout_backend.h"
 #include "plugins/backends/native/sampler.h"
 
 namespace grpo::native {
+
+// The ids that end a sample, from every place a Hugging Face folder states them (config.json,
+// generation_config.json, the tokenizer's EOS), as vLLM takes their union.
+std::vector<std::int64_t> eos_token_ids(const core::LoadedModel& loaded, const std::optional<core::Tokenizer>& tokenizer);
 
 // More samples than this in one request is a mistake, not a workload (the results alone would
 // take gigabytes).
@@ -58,6 +67,31 @@ struct EngineStats {
   std::int64_t kv_cache_bytes = 0;
 };
 
+// Where Engine::serve() gets its requests and leaves its results. Called on the serving thread
+// only; every call must return promptly except take(idle = true).
+class RequestFeed {
+ public:
+  // Moves the requests that arrived since the last call into `incoming`; their handles are
+  // consecutive from 0 in the order of all take() calls of one serve(). `idle`: nothing is in
+  // flight, so block until a request arrives or the feed closes (a good moment for work that
+  // needs the engine quiet, such as loading new weights). Returns false once the feed is closed:
+  // serve() then finishes the requests in flight and returns.
+  virtual bool take(bool idle, std::vector<sdk::GenerationRequest>& incoming) = 0;
+  // After every sampled token of sample `sample` of request `handle` (streaming): `so_far` is the
+  // sample's output so far (token ids, log-probs; text empty) and `text` its decoded bytes,
+  // up to a stop string once one matched (bytes after the last complete character may still
+  // change meaning with the next token). The result (on_result) has the final text.
+  virtual void on_token(std::uint64_t handle, std::int64_t sample, const sdk::GeneratedSample& so_far,
+                        std::string_view text) {
+    (void)handle, (void)sample, (void)so_far, (void)text;
+  }
+  // A request is done: every sample finished, or it failed alone (result.status).
+  virtual void on_result(std::uint64_t handle, sdk::GenerationResult result) = 0;
+
+ protected:
+  ~RequestFeed() = default;
+};
+
 class Engine {
  public:
   // `eos_ids` stop every sample unless options.ignore_eos. Without a tokenizer the samples'
@@ -72,6 +106,11 @@ class Engine {
   // that slot (CausalLMImpl::extend_slots; one forward per run of equal lengths) before the sample rejoins the decode batch.
   std::vector<sdk::GenerationResult> generate(const std::vector<sdk::GenerationRequest>& requests,
                                               sdk::TurnController* controller = nullptr);
+
+  // Serves requests from `feed` until it closes (continuous batching across requests: a request
+  // that arrives while others decode is prefilled and joins the decode batch at the next step).
+  // The slot cache is sized for max_model_len. Stats accumulate over the whole call.
+  void serve(RequestFeed& feed);
 
   const EngineStats& last_stats() const { return stats_; }
   const EngineOptions& options() const { return options_; }
@@ -88,6 +127,8 @@ class Engine {
   core::SlotKVCache& cache_for(std::int64_t capacity, std::int64_t slots = 0);
 
  private:
+  class Run;  // the state of one generate() or serve() call (engine.cpp)
+
   core::CausalLM model_;
   std::optional<core::Tokenizer> tokenizer_;
   std::vector<std::int64_t> eos_ids_;

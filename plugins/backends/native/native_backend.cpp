@@ -13,7 +13,6 @@
 //   weight_sync             auto | copy | share (update_weights: alias the trainer's tensors
 //                           when device and dtype match, or always copy, or insist on aliasing)
 #include <grpo/sdk/torch.h>
-#include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -34,25 +33,6 @@ using grpo::native::EngineOptions;
 using grpo::native::LogprobsMode;
 
 enum class WeightSync { kAuto, kCopy, kShare };
-
-// EOS ids from every place a Hugging Face folder states them (vLLM does the same union).
-std::vector<std::int64_t> eos_ids_of(const grpo::core::LoadedModel& loaded, const std::optional<grpo::core::Tokenizer>& tok) {
-  std::vector<std::int64_t> ids = loaded.config.eos_token_ids;
-  if (!loaded.generation_config_json.empty()) {
-    const auto j = nlohmann::json::parse(loaded.generation_config_json, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("eos_token_id")) {
-      const auto& e = j["eos_token_id"];
-      if (e.is_number_integer()) ids.push_back(e.get<std::int64_t>());
-      if (e.is_array())
-        for (const auto& x : e)
-          if (x.is_number_integer()) ids.push_back(x.get<std::int64_t>());
-    }
-  }
-  if (tok && tok->eos_id()) ids.push_back(*tok->eos_id());
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  return ids;
-}
 
 double to_mb(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
@@ -108,7 +88,7 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
                           " has no tokenizer.json and no `tokenizer` option is set: samples carry token ids "
                           "and log-probs but no text, and stop strings are refused");
     }
-    auto eos = eos_ids_of(loaded, tokenizer);
+    auto eos = grpo::native::eos_token_ids(loaded, tokenizer);
     try {
       engine_.emplace(loaded.model, std::move(tokenizer), std::move(eos), options);
     } catch (const std::invalid_argument& e) {
