@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -138,10 +139,12 @@ int run(const Options& opt) {
   spdlog::info("serving {} as '{}': {} x {} tokens of KV cache, max_num_seqs {}, {} HTTP threads{}", s.model_dir,
                server->served_model_name(), s.engine.max_num_seqs, s.engine.max_model_len, s.engine.max_num_seqs,
                s.http_threads, s.api_key.empty() ? "" : ", API key required");
+  std::atomic<bool> finished{false};  // run() returned: the waiter is only being woken to exit
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
-    if (sig == SIGINT || sig == SIGTERM) spdlog::info("signal {}: stopping after the requests in flight", sig);
+    if (finished) return;
+    spdlog::info("signal {}: stopping after the requests in flight", sig);
     server->stop();
   });
   int bound = 0;
@@ -152,10 +155,12 @@ int run(const Options& opt) {
       std::cerr << kApp << ": listening on http://" << s.host << ":" << port << std::endl;
     });
   } catch (const std::exception& e) {
+    finished = true;
     pthread_kill(waiter.native_handle(), SIGTERM);
     waiter.join();
     throw AppError(kExitRuntime, e.what());
   }
+  finished = true;
   if (waiter.joinable()) {
     pthread_kill(waiter.native_handle(), SIGTERM);  // wakes the waiter when run() ended otherwise
     waiter.join();

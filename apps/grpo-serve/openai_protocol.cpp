@@ -93,6 +93,13 @@ void read_sampling(const json& j, ApiRequest& out, sdk::SamplingParams& s, std::
       s.stop_token_ids.push_back(x.get<std::int64_t>());
     }
   }
+  for (const char* key : {"presence_penalty", "frequency_penalty"})
+    if (number(j, key, 0.0) != 0.0) throw bad(key, std::string("'") + key + "' is not supported (only 0)");
+  if (number(j, "repetition_penalty", 1.0) != 1.0) throw bad("repetition_penalty", "'repetition_penalty' is not supported (only 1)");
+  if (const json* v = field(j, "logit_bias"); v && !(v->is_object() && v->empty()))
+    throw bad("logit_bias", "'logit_bias' is not supported");
+  if (const json* v = field(j, "response_format"); v && !(v->is_object() && v->contains("type") && (*v)["type"] == "text"))
+    throw bad("response_format", "only the 'text' response_format is supported");
   if (boolean(j, "ignore_eos", false))
     throw bad("ignore_eos", "'ignore_eos': true is not supported per request; start grpo-serve with --ignore-eos");
   for (const sdk::SamplingProblem& p : sdk::sampling_problems(s, out.n)) {
@@ -116,6 +123,9 @@ void check_length(const ApiRequest& r, const ServedModel& model, std::int64_t ma
     for (std::int64_t id : q.prompt_ids)
       if (id < 0 || id >= model.vocab_size)
         throw bad("prompt", "token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(model.vocab_size) + ")");
+    for (std::int64_t id : q.sampling.stop_token_ids)
+      if (id >= model.vocab_size)
+        throw bad("stop_token_ids", "token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(model.vocab_size) + ")");
     if (length >= model.max_model_len || (max_tokens_given && length + max_tokens > model.max_model_len))
       throw bad(max_tokens_given ? param : "messages",
                 "This model's maximum context length is " + std::to_string(model.max_model_len) +
@@ -146,14 +156,17 @@ std::vector<std::int64_t> token_list(const json& v, const char* param) {
   return ids;
 }
 
-std::string token_text(const core::Tokenizer& tokenizer, std::int64_t id) {
+// A token's bytes as it decodes alone (part of a character, for a byte-level piece).
+std::string token_bytes(const core::Tokenizer& tokenizer, std::int64_t id) {
   if (id < 0 || id >= tokenizer.vocab_size()) return "";
   try {
-    return sdk::to_valid_utf8(tokenizer.decode_bytes({static_cast<int>(id)}));
+    return tokenizer.decode_bytes({static_cast<int>(id)});
   } catch (const core::TokenizerError&) {
     return "";
   }
 }
+
+std::string token_text(const core::Tokenizer& tokenizer, std::int64_t id) { return sdk::to_valid_utf8(token_bytes(tokenizer, id)); }
 
 
 // The fields every answer and chunk starts with, then its choices.
@@ -386,7 +399,7 @@ json chat_response(const ApiRequest& request, const std::vector<sdk::GenerationR
         e["token"] = piece;
         e["logprob"] = s.logprobs[t];
         json bytes = json::array();
-        for (unsigned char b : piece) bytes.push_back(static_cast<int>(b));
+        for (unsigned char b : token_bytes(tokenizer, s.token_ids[t])) bytes.push_back(static_cast<int>(b));
         e["bytes"] = std::move(bytes);
         e["top_logprobs"] = json::array();
         content.push_back(std::move(e));

@@ -4,8 +4,10 @@
 // is testable in-process.
 //
 // Fields follow the OpenAI API reference (docs/serving.md lists them) plus the extensions
-// vLLM and SGLang accept: top_k, min_p, ignore_eos, add_special_tokens, return_token_ids.
-// Fields outside the list are ignored, as vLLM and SGLang ignore them.
+// vLLM and SGLang accept: top_k, min_p, stop_token_ids, add_special_tokens, return_token_ids.
+// Sampling fields the engine does not implement (penalties, logit_bias, a JSON
+// response_format) are refused unless they have their neutral value; other unknown fields are
+// ignored, as vLLM and SGLang ignore them.
 #pragma once
 
 #include <cstdint>

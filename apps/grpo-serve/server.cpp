@@ -80,13 +80,13 @@ struct Job {
         json role = json::object();
         role["role"] = "assistant";
         role["content"] = "";
-        events.push_back(chat_chunk(id, created, model, index, role, nullptr).dump());
+        events.push_back(chat_chunk(id, created, model, index, role, nullptr).dump(-1, ' ', false, json::error_handler_t::replace));
       }
       json delta = json::object();
       if (!text.empty()) delta["content"] = text;
-      if (!text.empty() || finish) events.push_back(chat_chunk(id, created, model, index, delta, finish).dump());
+      if (!text.empty() || finish) events.push_back(chat_chunk(id, created, model, index, delta, finish).dump(-1, ' ', false, json::error_handler_t::replace));
     } else if (!text.empty() || finish) {
-      events.push_back(completion_chunk(id, created, model, index, text, finish).dump());
+      events.push_back(completion_chunk(id, created, model, index, text, finish).dump(-1, ' ', false, json::error_handler_t::replace));
     }
     c.started = true;
   }
@@ -123,9 +123,14 @@ class Scheduler final : public native::RequestFeed {
     cv_.notify_all();
   }
 
-  // After the engine failed (an exception out of serve()): the requests it held fail with
-  // `message`; serve() starts again with handles from 0.
+  // After the engine failed (an exception out of serve()): the requests it held and the queued
+  // ones fail with `message`; serve() starts again with handles from 0.
   void fail_in_flight(const std::string& message) {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      for (auto& [job, prompt] : queue_) handles_.emplace(next_handle_++, std::make_pair(job, prompt));
+      queue_.clear();
+    }
     for (auto& [handle, entry] : handles_) {
       Job& job = *entry.first;
       std::lock_guard<std::mutex> lock(job.m);
@@ -206,9 +211,9 @@ class Scheduler final : public native::RequestFeed {
   static void finish_job(Job& job) {
     if (job.done) return;
     if (job.api.stream) {
-      if (job.error) job.events.push_back(error_body(*job.error).dump());
+      if (job.error) job.events.push_back(error_body(*job.error).dump(-1, ' ', false, json::error_handler_t::replace));
       else if (job.api.include_usage)
-        job.events.push_back(usage_chunk(job.api, job.id, job.created, job.model, usage_json(job.api, job.results)).dump());
+        job.events.push_back(usage_chunk(job.api, job.id, job.created, job.model, usage_json(job.api, job.results)).dump(-1, ' ', false, json::error_handler_t::replace));
       job.events.push_back("[DONE]");
     }
     job.done = true;
@@ -284,6 +289,7 @@ struct Server::Impl {
   std::string weights_path;
   std::int64_t weights_version = 0;
   std::atomic<std::uint64_t> requests_served{0};
+  std::atomic<bool> stop_requested{false};
 
   std::string new_id(const char* kind) { return std::string(kind) + id_prefix + std::to_string(next_id++); }
 
@@ -319,6 +325,8 @@ struct Server::Impl {
       scheduler.submit(job);
     } catch (const ApiError& e) {
       return send_error(res, e);
+    } catch (const nlohmann::json::exception& e) {  // a field of an unexpected type deep inside
+      return send_error(res, ApiError(400, std::string("invalid request: ") + e.what()));
     }
     ++requests_served;
     if (job->api.stream) {
@@ -438,8 +446,15 @@ struct Server::Impl {
       if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string())
         return send_error(res, ApiError(400, "expected a JSON object {\"prompt\": \"text\"}", "prompt"));
       core::EncodeOptions options;
+      if (j.contains("add_special_tokens") && !j["add_special_tokens"].is_boolean())
+        return send_error(res, ApiError(400, "'add_special_tokens' must be true or false", "add_special_tokens"));
       options.add_special_tokens = j.value("add_special_tokens", true);
-      const std::vector<int> ids = tokenizer->encode(j["prompt"].get<std::string>(), options);
+      std::vector<int> ids;
+      try {
+        ids = tokenizer->encode(j["prompt"].get<std::string>(), options);
+      } catch (const core::TokenizerError& e) {
+        return send_error(res, ApiError(400, std::string("cannot tokenize the prompt: ") + e.what(), "prompt"));
+      }
       json body = json::object();
       body["tokens"] = ids;
       body["count"] = ids.size();
@@ -486,6 +501,8 @@ Server::Server(ServeSettings settings) : impl_(std::make_unique<Impl>()) {
   auto eos = native::eos_token_ids(loaded, tokenizer);
   s.engine.emplace(loaded.model, std::move(tokenizer), std::move(eos), cfg.engine);
   s.tokenizer = &*s.engine->tokenizer();
+  // The whole KV cache now: a size the device cannot hold fails the start, not the first request.
+  s.engine->cache_for(s.engine->max_model_len());
   s.chat_template.emplace(core::ChatTemplate::resolve(cfg.chat_template, *s.tokenizer));
   if (s.chat_template->fell_back())
     spdlog::warn("{} has no chat template; /v1/chat/completions renders with the built-in chatml", cfg.model_dir);
@@ -528,17 +545,26 @@ void Server::run(const std::function<void(int)>& on_listening) {
         s.engine->serve(s.scheduler);
         return;
       } catch (const std::exception& e) {
+        // The requests in flight and those waiting fail (a failure before the first take()
+        // would otherwise leave them waiting for ever); a pause keeps a persistent failure
+        // from spinning.
         spdlog::error("generation failed: {}; the requests in flight get an error and serving goes on", e.what());
         s.scheduler.fail_in_flight(e.what());
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
       }
     }
   });
   on_listening(port);
-  s.http.listen_after_bind();
+  if (!s.stop_requested) s.http.listen_after_bind();
   s.scheduler.close();
   s.engine_thread.join();
 }
 
-void Server::stop() { impl_->http.stop(); }
+void Server::stop() {
+  // httplib's stop() does nothing before listen_after_bind() runs: keep asking until it took.
+  impl_->stop_requested = true;
+  for (int i = 0; i < 100 && !impl_->http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  impl_->http.stop();
+}
 
 }  // namespace grpo::serve

@@ -78,7 +78,10 @@ nlohmann::json Client::request(const char* method, const std::string& path, cons
     if (!result) {
       last_status = 0;
       last_error = std::string(method) + " " + url(path) + ": " + httplib::to_string(result.error());
-      retry = true;
+      const httplib::Error e = result.error();
+      const bool not_sent = e == httplib::Error::Connection || e == httplib::Error::ConnectionTimeout ||
+                            e == httplib::Error::SSLConnection;
+      retry = not_sent || options_.retry_read_errors;
     } else if (result->status >= 200 && result->status < 300) {
       auto parsed = nlohmann::json::parse(result->body, nullptr, /*allow_exceptions=*/false);
       if (parsed.is_discarded())

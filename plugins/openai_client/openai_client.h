@@ -30,6 +30,11 @@ struct ClientOptions {
   double request_timeout_s = 120.0; // per read or write on the socket: bounds a silent server
   int max_retries = 3;              // after the first attempt
   double retry_backoff_s = 0.5;     // before retry k: backoff * 2^(k-1), at most 30 s
+  // A read or write error after the request went out (a time-out waiting for the answer, a
+  // dropped connection) may mean the server is still working on it: retrying a long generation
+  // then doubles the server's load. false: only failures to connect and retryable statuses are
+  // retried.
+  bool retry_read_errors = true;
 };
 
 // An answer that was not 2xx after the retries, or no answer at all (status 0).

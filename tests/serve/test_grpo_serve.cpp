@@ -47,6 +47,7 @@
 #include "tests/support/run_command.h"
 #include "tests/support/serve_process.h"
 #include "tests/support/tiny_byte_model.h"
+#include "grpo/sdk/utf8.h"
 
 namespace {
 
@@ -442,10 +443,12 @@ TEST_F(GrpoServeApi, LogprobsHaveTheOpenAIShapes) {
     ASSERT_TRUE(e["logprob"].is_number()) << e;
     EXPECT_LE(e["logprob"].get<double>(), 0.0);
     ASSERT_TRUE(e["bytes"].is_array()) << e;
-    // bytes are the UTF-8 bytes of token.
+    // bytes are the token's own bytes (OpenAI: "useful where characters are represented by
+    // multiple tokens"): a byte-level piece may be part of a character, which `token` shows as
+    // U+FFFD.
     std::string from_bytes;
     for (const json& b : e["bytes"]) from_bytes += static_cast<char>(b.get<int>());
-    EXPECT_EQ(from_bytes, e["token"].get<std::string>());
+    EXPECT_EQ(grpo::sdk::to_valid_utf8(from_bytes), e["token"].get<std::string>());
     EXPECT_TRUE(e["top_logprobs"].is_array()) << e;
   }
 }
@@ -697,6 +700,16 @@ TEST_F(GrpoServeApi, BadRequestsGetOpenAIErrorsAndServingGoesOn) {
   expect_error(c.post("/v1/completions", with("prompt", json::array({1, -1}))), 400, "prompt", "a negative token id");
   expect_error(c.post("/v1/completions", with("max_tokens", "many")), 400, "max_tokens", "max_tokens a string");
   expect_error(c.post("/v1/chat/completions", json{{"messages", json::array()}}), 400, "messages", "no messages");
+  // Sampling the engine does not implement is refused, not silently ignored; neutral values pass.
+  expect_error(c.post("/v1/completions", with("presence_penalty", 0.5)), 400, "presence_penalty", "a presence penalty");
+  expect_error(c.post("/v1/completions", with("logit_bias", json{{"5", 10}})), 400, "logit_bias", "a logit bias");
+  expect_error(c.post("/v1/completions", with("stop_token_ids", json::array({100000}))), 400, "stop_token_ids",
+               "a stop token id outside the vocabulary");
+  EXPECT_EQ(c.post("/v1/completions", with("frequency_penalty", 0)).status, 200);
+  expect_error(c.post("/v1/chat/completions",
+                      json{{"messages", json::array({json{{"role", "user"}, {"content", json::array({json{{"type", 5}}})}}})}}),
+               400, "", "a content part whose type is not a string");
+  still_serving("unsupported sampling fields");
   // The same errors on a streamed request come as an HTTP error, not a stream.
   json streamed = with("n", 0);
   streamed["stream"] = true;

@@ -159,8 +159,11 @@ core::SlotKVCache& Engine::cache_for(std::int64_t capacity, std::int64_t slots) 
 // scheduler's steps share this state and read best next to each other.
 class Engine::Run {
  public:
-  Run(Engine& engine, sdk::TurnController* controller, RequestFeed* feed, std::int64_t capacity)
-      : e_(engine),
+  // `start`: generate()'s start, from which its samples' timings count (serve(): each request's
+  // arrival).
+  Run(Engine& engine, sdk::TurnController* controller, RequestFeed* feed, std::int64_t capacity, Clock::time_point start)
+      : start_(start),
+        e_(engine),
         controller_(controller),
         feed_(feed),
         max_rows_(engine.options_.max_num_seqs),
@@ -180,7 +183,7 @@ class Engine::Run {
     r->index = index;
     r->owned = std::move(owned);
     r->req = req ? req : &r->owned;
-    r->arrived = Clock::now();
+    r->arrived = feed_ ? Clock::now() : start_;
     r->result.request_id = r->req->id;
     const std::string problem = e_.validate(*r->req);
     if (!problem.empty()) {
@@ -235,6 +238,7 @@ class Engine::Run {
   }
 
  private:
+  const Clock::time_point start_;
   Engine& e_;
   sdk::TurnController* controller_;
   RequestFeed* feed_;
@@ -617,7 +621,7 @@ std::vector<sdk::GenerationResult> Engine::generate(const std::vector<sdk::Gener
     stats_.wall_s = seconds_between(t0, Clock::now());
     return results;
   }
-  Run run(*this, controller, nullptr, capacity);
+  Run run(*this, controller, nullptr, capacity, t0);
   for (std::size_t i = 0; i < requests.size(); ++i) run.add(i, &requests[i]);
   run.loop([&](std::uint64_t i, sdk::GenerationResult result) { results[static_cast<std::size_t>(i)] = std::move(result); });
   stats_.wall_s = seconds_between(t0, Clock::now());
@@ -630,7 +634,7 @@ void Engine::serve(RequestFeed& feed) {
   stats_ = EngineStats{};
   ++calls_;
   stats_.max_num_seqs = options_.max_num_seqs;
-  Run run(*this, nullptr, &feed, max_model_len_);
+  Run run(*this, nullptr, &feed, max_model_len_, t0);
   run.loop([&](std::uint64_t handle, sdk::GenerationResult result) { feed.on_result(handle, std::move(result)); });
   stats_.wall_s = seconds_between(t0, Clock::now());
 }

@@ -35,6 +35,9 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// In every folder the backend writes: what makes weight_sync_dir safe to replace.
+constexpr const char* kSyncMarker = ".grpo-openai-sync";
+
 // What differs between servers: how they return token ids and log-probs, and how they reload.
 enum class ServerKind { kGrpo, kVllm, kSglang, kLlamaCpp };
 
@@ -62,9 +65,17 @@ void read_choice(const json& c, sdk::GeneratedSample& out, const std::string& wh
                                      "for the server versions that do");
   }
   if (lp && lp->contains("token_logprobs") && (*lp)["token_logprobs"].is_array()) {
-    for (const json& v : (*lp)["token_logprobs"]) out.logprobs.push_back(v.is_number() ? v.get<float>() : 0.0f);
+    // A null is a NaN or infinity the server could not write as JSON: never a log-prob of 0.
+    for (const json& v : (*lp)["token_logprobs"]) {
+      if (!v.is_number()) throw std::runtime_error(where + ": a log-prob is " + v.dump() + ", not a number");
+      out.logprobs.push_back(v.get<float>());
+    }
   } else if (lp && lp->contains("content") && (*lp)["content"].is_array()) {
-    for (const json& e : (*lp)["content"]) out.logprobs.push_back(e.contains("logprob") && e["logprob"].is_number() ? e["logprob"].get<float>() : 0.0f);
+    for (const json& e : (*lp)["content"]) {
+      if (!e.contains("logprob") || !e["logprob"].is_number())
+        throw std::runtime_error(where + ": logprobs.content[] without a numeric logprob");
+      out.logprobs.push_back(e["logprob"].get<float>());
+    }
   } else {
     throw std::runtime_error(where + ": the server returned no log-probs (logprobs.token_logprobs or logprobs.content)");
   }
@@ -95,6 +106,9 @@ class OpenAIBackend : public sdk::RolloutBackend {
     client.connect_timeout_s = std::min(10.0, client.request_timeout_s);
     client.max_retries = static_cast<int>(cfg.get_int("max_retries", 3));
     client.retry_backoff_s = cfg.get_double("retry_backoff_s", 1.0);
+    // A generation that outlives timeout_s is still running on the server: sending it again
+    // would double the load (grpo-serve, like vLLM, cannot take a request back).
+    client.retry_read_errors = false;
     if (!(client.request_timeout_s > 0)) cfg.fail("timeout_s", "must be > 0");
     if (client.max_retries < 0) cfg.fail("max_retries", "must be >= 0");
     max_concurrency_ = cfg.get_int("max_concurrency", 64);
@@ -121,7 +135,19 @@ class OpenAIBackend : public sdk::RolloutBackend {
     if (sync_ && kind_ == ServerKind::kLlamaCpp)
       cfg.fail("weight_sync", "llama.cpp's server cannot reload Hugging Face weights: use weight_sync: none (a fixed model)");
     sync_dir_ = cfg.get_string("weight_sync_dir", (fs::temp_directory_path() / ("grpo-openai-weights-" + std::to_string(::getpid()))).string());
-    sync_dir_ = fs::absolute(sync_dir_).string();
+    sync_dir_ = fs::absolute(sync_dir_).lexically_normal().string();
+    if (sync_) {
+      // The folder is replaced at every sync and removed at the end: never one that holds
+      // anything else (the model itself, say).
+      const std::string model_abs = fs::absolute(model_dir_).lexically_normal().string();
+      if (sync_dir_ == model_abs || model_abs.rfind(sync_dir_ + "/", 0) == 0 || sync_dir_.rfind(model_abs + "/", 0) == 0)
+        cfg.fail("weight_sync_dir", "'" + sync_dir_ + "' overlaps the model folder " + model_abs +
+                                        "; it is replaced at every step: give a folder of its own");
+      std::error_code ec;
+      if (fs::exists(sync_dir_, ec) && !fs::is_empty(sync_dir_, ec) && !fs::exists(fs::path(sync_dir_) / kSyncMarker, ec))
+        cfg.fail("weight_sync_dir", "'" + sync_dir_ + "' exists and was not written by this backend (no " + kSyncMarker +
+                                        "); it is replaced at every step: give an empty or new folder");
+    }
 
     // The server: its model name, context, and whether it tokenizes as the trainer does.
     try {
@@ -205,6 +231,7 @@ class OpenAIBackend : public sdk::RolloutBackend {
     grpo::core::save_checkpoint_tensors(staging, list, 5'000'000'000ULL);
     for (const char* file : {"config.json", "generation_config.json"})
       if (fs::exists(fs::path(model_dir_) / file)) fs::copy_file(fs::path(model_dir_) / file, fs::path(staging) / file);
+    grpo::core::atomic_write_file((fs::path(staging) / kSyncMarker).string(), "written by the openai rollout backend\n");
     grpo::core::replace_directory(staging, sync_dir_);
     wrote_ = true;
     const double write_s = seconds_since(t0);
@@ -344,11 +371,19 @@ class OpenAIBackend : public sdk::RolloutBackend {
         // vLLM (VLLM_SERVER_DEV_MODE=1): pause generation, reload in the workers, drop the prefix
         // cache (it holds KV of the old weights), resume.
         client_->post("/pause?mode=wait", json::object());
-        json rpc = json::object();
-        rpc["method"] = "reload_weights";
-        rpc["kwargs"] = json::object({{"weights_path", sync_dir_}});
-        client_->post("/collective_rpc", rpc);
-        client_->post("/reset_prefix_cache", json::object());
+        try {
+          json rpc = json::object();
+          rpc["method"] = "reload_weights";
+          rpc["kwargs"] = json::object({{"weights_path", sync_dir_}});
+          client_->post("/collective_rpc", rpc);
+          client_->post("/reset_prefix_cache", json::object());
+        } catch (...) {
+          try {  // never leave the server paused
+            client_->post("/resume", json::object());
+          } catch (...) {
+          }
+          throw;
+        }
         client_->post("/resume", json::object());
         return;
       }

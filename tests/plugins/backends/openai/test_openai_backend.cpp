@@ -151,6 +151,24 @@ TEST_F(OpenAIBackendAgainstGrpoServe, ARequestTheServerRefusesFailsAlone) {
   EXPECT_TRUE(results[2].status.is_ok());
 }
 
+TEST_F(OpenAIBackendAgainstGrpoServe, WeightSyncNeverReplacesAFolderItDidNotWrite) {
+  // The folder is replaced at every step: the model folder itself, or a folder with someone
+  // else's files, is refused before anything is written.
+  const std::string model = rollout_model_dir("qwen2");
+  std::string message = error_of([&] {
+    backend("openai", {{"url", server_->url(), true}, {"model", model, true}, {"weight_sync_dir", model, true}});
+  });
+  EXPECT_NE(message.find("overlaps the model folder"), std::string::npos) << message;
+  const std::string theirs = *dir_ + "/someone-elses";
+  fs::create_directories(theirs);
+  core::atomic_write_file(theirs + "/notes.txt", "keep me\n");
+  message = error_of([&] {
+    backend("openai", {{"url", server_->url(), true}, {"model", model, true}, {"weight_sync_dir", theirs, true}});
+  });
+  EXPECT_NE(message.find("was not written by this backend"), std::string::npos) << message;
+  EXPECT_TRUE(fs::exists(theirs + "/notes.txt"));
+}
+
 TEST(OpenAIBackend, AServerWithAnotherTokenizerIsAConfigurationError) {
   // The same weights served with the byte-level tokenizer without merges: "Hello" is five
   // tokens there and fewer with the trainer's merges.
