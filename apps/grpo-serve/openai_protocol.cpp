@@ -169,6 +169,16 @@ std::string token_bytes(const core::Tokenizer& tokenizer, std::int64_t id) {
 std::string token_text(const core::Tokenizer& tokenizer, std::int64_t id) { return sdk::to_valid_utf8(token_bytes(tokenizer, id)); }
 
 
+// The fields every choice of a full answer ends with: its finish reason and, when asked, the
+// token ids (vLLM's return_token_ids).
+void finish_choice(json& c, const ApiRequest& request, const sdk::GeneratedSample& s, const std::vector<std::int64_t>& prompt_ids) {
+  c["finish_reason"] = finish_reason_text(s.finish_reason);
+  if (request.return_token_ids) {
+    c["token_ids"] = s.token_ids;
+    c["prompt_token_ids"] = prompt_ids;
+  }
+}
+
 // The fields every answer and chunk starts with, then its choices.
 json envelope(const std::string& id, const char* object, std::int64_t created, const ServedModel& model, json choices) {
   json out = json::object();
@@ -366,11 +376,7 @@ json completion_response(const ApiRequest& request, const std::vector<sdk::Gener
       } else {
         c["logprobs"] = nullptr;
       }
-      c["finish_reason"] = finish_reason_text(s.finish_reason);
-      if (request.return_token_ids) {
-        c["token_ids"] = s.token_ids;
-        c["prompt_token_ids"] = request.prompts[p].prompt_ids;
-      }
+      finish_choice(c, request, s, request.prompts[p].prompt_ids);
       choices.push_back(std::move(c));
     }
   }
@@ -410,11 +416,7 @@ json chat_response(const ApiRequest& request, const std::vector<sdk::GenerationR
     } else {
       c["logprobs"] = nullptr;
     }
-    c["finish_reason"] = finish_reason_text(s.finish_reason);
-    if (request.return_token_ids) {
-      c["token_ids"] = s.token_ids;
-      c["prompt_token_ids"] = request.prompts[0].prompt_ids;
-    }
+    finish_choice(c, request, s, request.prompts[0].prompt_ids);
     choices.push_back(std::move(c));
   }
   json out = envelope(id, "chat.completion", created, model, std::move(choices));

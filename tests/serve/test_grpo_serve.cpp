@@ -46,6 +46,7 @@
 #include "core/tokenizer/tokenizer_files.h"
 #include "tests/support/run_command.h"
 #include "tests/support/serve_process.h"
+#include "tests/support/test_dir.h"
 #include "tests/support/tiny_byte_model.h"
 #include "grpo/sdk/utf8.h"
 
@@ -83,13 +84,6 @@ void write_model(const std::string& dir, std::uint64_t seed, std::int64_t hidden
   options.chat_templates =
       std::vector<grpo::core::NamedChatTemplate>{{"default", grpo::core::chat_template_jinja("chatml")}};
   grpo::core::save_model(dir, model, options);
-}
-
-std::string suite_dir(const std::string& name) {
-  const fs::path dir = fs::path(GRPO_TEST_TMP_DIR) / "serve" / (name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
 }
 
 std::string read_text(const fs::path& p) {
@@ -279,7 +273,7 @@ class GrpoServeApi : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     try {
-      dir_ = suite_dir("api");
+      dir_ = grpo::testing::fresh_suite_dir("serve/api");
       model_ = dir_ + "/model";
       write_model(model_, 1);
       server_ = std::make_unique<ServeProcess>(
@@ -775,7 +769,7 @@ TEST_F(GrpoServeApi, ConcurrentSeededRequestsEqualTheSameRequestsAlone) {
 // ---- servers of their own -----------------------------------------------------------------
 
 TEST(GrpoServeAuth, ApiKeyGuardsTheApiButNotHealth) {
-  const std::string dir = suite_dir("auth");
+  const std::string dir = grpo::testing::fresh_suite_dir("serve/auth");
   write_model(dir + "/model", 1);
   ServeProcess server(GRPO_SERVE_BINARY, dir + "/model", dir,
                       {"--api-key", "sesame", "--served-model-name", kModelName, "--log-level", "warn"});
@@ -809,7 +803,7 @@ TEST(GrpoServeAuth, ApiKeyGuardsTheApiButNotHealth) {
 }
 
 TEST(GrpoServeWeights, UpdateFromDiskSwapsWeightsAndRefusesBadCheckpoints) {
-  const std::string dir = suite_dir("weights");
+  const std::string dir = grpo::testing::fresh_suite_dir("serve/weights");
   const std::string a = dir + "/model-a", b = dir + "/model-b", other_shape = dir + "/model-hidden32",
                     truncated = dir + "/model-truncated";
   write_model(a, 1);
@@ -877,7 +871,7 @@ TEST(GrpoServeWeights, UpdateFromDiskSwapsWeightsAndRefusesBadCheckpoints) {
 }
 
 TEST(GrpoServeLifecycle, SigtermAnswersTheRequestInFlightAndExitsZero) {
-  const std::string dir = suite_dir("sigterm");
+  const std::string dir = grpo::testing::fresh_suite_dir("serve/sigterm");
   write_model(dir + "/model", 1);
   ServeProcess server(GRPO_SERVE_BINARY, dir + "/model", dir, {"--ignore-eos", "--max-model-len", "128", "--log-level", "warn"});
   Api c(server.port());

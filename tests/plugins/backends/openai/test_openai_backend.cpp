@@ -20,9 +20,11 @@
 #include "tests/support/build_plugins.h"
 #include "tests/support/error_of.h"
 #include "tests/support/serve_process.h"
+#include "tests/support/test_dir.h"
 
 using namespace grpo;
 using grpo::testing::create_component;
+using grpo::testing::fresh_suite_dir;
 using grpo::testing::error_of;
 using grpo::testing::PluginOption;
 using grpo::testing::request;
@@ -32,13 +34,6 @@ using grpo::testing::ServeProcess;
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string test_dir(const std::string& name) {
-  const std::string d = std::string(GRPO_TEST_TMP_DIR) + "/" + name + "-" + std::to_string(::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
 std::shared_ptr<sdk::RolloutBackend> backend(const std::string& name, std::vector<PluginOption> options) {
   return create_component<sdk::RolloutBackend>(name, options, "rollout.backend");
@@ -77,7 +72,7 @@ void expect_same(const std::vector<sdk::GenerationResult>& a, const std::vector<
 class OpenAIBackendAgainstGrpoServe : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(test_dir("openai-backend"));
+    dir_ = new std::string(fresh_suite_dir("openai-backend"));
     server_ = new ServeProcess(GRPO_SERVE_BINARY, rollout_model_dir("qwen2"), *dir_, {"--logprobs-mode", "raw"});
   }
   static void TearDownTestSuite() {
@@ -172,7 +167,7 @@ TEST_F(OpenAIBackendAgainstGrpoServe, WeightSyncNeverReplacesAFolderItDidNotWrit
 TEST(OpenAIBackend, AServerWithAnotherTokenizerIsAConfigurationError) {
   // The same weights served with the byte-level tokenizer without merges: "Hello" is five
   // tokens there and fewer with the trainer's merges.
-  const std::string dir = test_dir("openai-other-tokenizer");
+  const std::string dir = fresh_suite_dir("openai-other-tokenizer");
   const std::string model = rollout_model_dir("qwen2");
   const std::string other = dir + "/other";
   fs::create_directories(other);
@@ -185,7 +180,7 @@ TEST(OpenAIBackend, AServerWithAnotherTokenizerIsAConfigurationError) {
 }
 
 TEST(OpenAIBackend, AServerThatIsDownIsAConfigurationErrorNamingTheUrl) {
-  const std::string dir = test_dir("openai-down");
+  const std::string dir = fresh_suite_dir("openai-down");
   std::string url;
   {
     ServeProcess gone(GRPO_SERVE_BINARY, rollout_model_dir("qwen2"), dir);

@@ -22,11 +22,13 @@
 #include "core/tokenizer/tokenizer_files.h"
 #include "tests/plugins/verifiers/verifier_test_util.h"
 #include "tests/support/serve_process.h"
+#include "tests/support/test_dir.h"
 #include "tests/support/tiny_byte_model.h"
 
 namespace {
 
 using namespace grpo::testing::verifier_tests;  // make, details, json, Option
+using grpo::testing::fresh_suite_dir;
 using grpo::testing::ServeProcess;
 
 std::string echo_model(const std::string& dir) {
@@ -56,17 +58,10 @@ std::string echo_model(const std::string& dir) {
   return dir;
 }
 
-std::string test_dir(const std::string& name) {
-  const std::string d = std::string(GRPO_TEST_TMP_DIR) + "/" + name + "-" + std::to_string(::getpid());
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
-
 class JudgeThroughGrpoServe : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(test_dir("llm-judge-serve"));
+    dir_ = new std::string(fresh_suite_dir("llm-judge-serve"));
     server_ = new ServeProcess(GRPO_SERVE_BINARY, echo_model(*dir_ + "/echo"), *dir_, {"--served-model-name", "echo"});
   }
   static void TearDownTestSuite() {
@@ -126,7 +121,7 @@ TEST_F(JudgeThroughGrpoServe, AnswerWithoutAScoreIsAnErrorWithTheAnswer) {
 
 TEST_F(JudgeThroughGrpoServe, ServerDownIsAnErrorNamingTheUrlNotAHang) {
   // A port that was free a moment ago: nothing listens there.
-  const std::string dir = test_dir("llm-judge-down");
+  const std::string dir = fresh_suite_dir("llm-judge-down");
   std::string url;
   {
     ServeProcess gone(GRPO_SERVE_BINARY, *dir_ + "/echo", dir, {"--served-model-name", "echo"});
