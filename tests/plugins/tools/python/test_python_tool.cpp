@@ -97,17 +97,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-using grpo::testing::process_with_marker_exists;
+using grpo::testing::marker_process_appears;
+using grpo::testing::marker_process_gone;
 using grpo::testing::unique;
-
-// Polls for up to two seconds: the kernel takes a moment to reap a killed namespace.
-bool marker_process_gone(const std::string& marker) {
-  for (int i = 0; i < 100; ++i) {
-    if (!process_with_marker_exists(marker)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
-}
 
 // After a hostile call: the tool still answers a normal one (in the same trajectory: a
 // stateful tool restarts the interpreter it killed).
@@ -347,7 +339,7 @@ TEST(PythonToolStateful, EndTrajectoryKillsTheInterpreterAndWhatItStarted) {
                     marker + "'])\nprint('started')",
           t);
   ASSERT_FALSE(started.is_error) << started.text;
-  EXPECT_TRUE(process_with_marker_exists(marker)) << "the interpreter's child should run until the trajectory ends";
+  EXPECT_TRUE(marker_process_appears(marker)) << "the interpreter's child should run until the trajectory ends";
   EXPECT_FALSE(run(tool, "print(child.poll())", t).is_error);  // alive between calls
   tool.end_trajectory(t);
   EXPECT_TRUE(marker_process_gone(marker)) << "end_trajectory left the interpreter's processes running";

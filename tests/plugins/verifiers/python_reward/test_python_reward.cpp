@@ -4,7 +4,6 @@
 // call_directly.py calls each function the way TRL / verl / the plain convention call it,
 // written without reading the plugin; every score must equal what that direct call returns.
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -28,6 +27,7 @@
 #include "core/train/verifier_pool.h"
 #include "grpo/sdk/config_view.h"
 #include "tests/support/build_plugins.h"
+#include "tests/support/processes.h"
 
 namespace {
 
@@ -41,6 +41,8 @@ using grpo::core::VerifierSlot;
 using grpo::sdk::ConfigValue;
 using json = nlohmann::json;
 using ::testing::HasSubstr;
+using grpo::testing::marker_process_appears;
+using grpo::testing::marker_process_gone;
 
 const std::string kFixtures = GRPO_PYTHON_REWARD_FIXTURES;
 const char* kPython = "/usr/bin/python3";  // readable by the sandbox's unprivileged user
@@ -80,21 +82,6 @@ json make_row(const std::string& completion, const json& ground_truth = 1, const
 // The fixture `file` copied into a fresh folder (readable by every user, for the sandbox).
 std::string fixture_copy(const std::string& file, const std::string& tag) {
   return reward_file(tag, file, read_file(kFixtures + "/" + file));
-}
-
-// Processes whose command line mentions `marker` (a fixture's unique folder).
-std::vector<int> processes_mentioning(const std::string& marker) {
-  std::vector<int> pids;
-  DIR* d = opendir("/proc");
-  if (!d) return pids;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline", std::ios::binary);
-    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmd.find(marker) != std::string::npos && std::atoi(e->d_name) != getpid()) pids.push_back(std::atoi(e->d_name));
-  }
-  closedir(d);
-  return pids;
 }
 
 struct Option {
@@ -315,7 +302,7 @@ TEST(PythonReward, FaultsScoreZeroWithAReasonAndThePoolRecovers) {
   {
     const VerifierSlot slot = make_slot(entry({{"path", scalar(file)}, {"function", scalar("faulty")},
                                                {"timeout_s", scalar("1.5")}, {"batch_size", scalar("16")}}));
-    EXPECT_EQ(processes_mentioning(marker).size() > 0, true) << "the workers run";
+    EXPECT_TRUE(marker_process_appears(marker)) << "the workers run";
     auto row = [](const std::string& completion) { return make_row(completion, "gt", "", json{{"difficulty", 1}}); };
     const std::vector<std::string> completions = {"ok one", "raise now", "ok two", "hang", "ok three", "exit",
                                                   "print me", "string", "nan", "inf", "none", "big", "ok four"};
@@ -356,8 +343,7 @@ TEST(PythonReward, FaultsScoreZeroWithAReasonAndThePoolRecovers) {
     EXPECT_TRUE(again[1][0].failed);
   }
   // The verifier is gone: so is every interpreter it started (checked from the host).
-  for (int i = 0; i < 50 && !processes_mentioning(marker).empty(); ++i) usleep(20000);
-  EXPECT_TRUE(processes_mentioning(marker).empty());
+  EXPECT_TRUE(marker_process_gone(marker));
   fs::remove_all(marker);
 }
 
@@ -409,7 +395,7 @@ TEST(PythonReward, ImportErrorsAndMissingFunctionsFailAtStartUp) {
   EXPECT_THAT(e1, HasSubstr("ModuleNotFoundError"));
   EXPECT_THAT(e1, HasSubstr("a_module_that_does_not_exist_xyz"));
   EXPECT_THAT(e1, HasSubstr("Traceback"));
-  EXPECT_TRUE(processes_mentioning(marker).empty());
+  EXPECT_TRUE(marker_process_gone(marker));
   fs::remove_all(marker);
 
   const std::string e2 = creation_error(entry({{"path", scalar(kFixtures + "/no_function.py")}, {"function", scalar("reward")}}));
