@@ -7,12 +7,17 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <ATen/Parallel.h>
+
 #include "core/model/model_config.h"
+#include "core/runtime/threads.h"
 
 #ifndef GRPO_BENCH_CONFIG_DIR
 #define GRPO_BENCH_CONFIG_DIR "bench/configs"
@@ -82,9 +87,50 @@ inline double peak_rss_mib() {
   return 0.0;
 }
 
+// Resident memory now (VmRSS) in MiB.
+inline double current_rss_mib() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
+  return 0.0;
+}
+
 inline void reset_peak_rss() {
   std::ofstream out("/proc/self/clear_refs");
   out << "5";
+}
+
+// Re-executes this program with `args --variant NAME` (a variant measured in a process of its
+// own, so that its peak RSS is its own) and returns the child's line starting with
+// "variant_result ". Exits the benchmark when the child fails or prints no such line.
+inline std::string run_variant_process(const std::string& args, const std::string& variant) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();  // popen's shell is not us
+  const std::string command = self + " " + args + " --variant " + variant;
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) {
+    std::fprintf(stderr, "cannot run %s\n", command.c_str());
+    std::exit(1);
+  }
+  std::string result;
+  char line[512];
+  while (std::fgets(line, sizeof line, pipe))
+    if (std::strncmp(line, "variant_result ", 15) == 0) result = line;
+  const int status = ::pclose(pipe);
+  if (result.empty() || status != 0) {
+    std::fprintf(stderr, "variant %s failed (status %d)\n", variant.c_str(), status);
+    std::exit(1);
+  }
+  return result;
+}
+
+// The benchmark's intra-op threads: --threads N when given (> 0), else the runtime's own choice
+// (core/runtime/threads.h), logged under `who`. Returns the count.
+inline int choose_threads(std::int64_t threads_flag, const std::string& who) {
+  if (threads_flag > 0) {
+    at::set_num_threads(static_cast<int>(threads_flag));
+    return static_cast<int>(threads_flag);
+  }
+  return grpo::core::configure_compute_threads(who);
 }
 
 inline std::string qwen05b_config_path() { return std::string(GRPO_BENCH_CONFIG_DIR) + "/qwen2.5-0.5b/config.json"; }

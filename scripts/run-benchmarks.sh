@@ -12,7 +12,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -q avx512f /proc/cpuinfo 2>/dev/null;
   export OPENBLAS_CORETYPE=SkylakeX
 fi
 echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<auto>}"
-for bench in grpo_bench_gemm grpo_bench_tokenizer grpo_bench_model_forward grpo_bench_logprob_memory grpo_bench_rollout grpo_bench_train_async grpo_bench_train_precision grpo_bench_train_lora grpo_bench_rollout_lora grpo_bench_tool_rollout grpo_bench_verifiers grpo_bench_python_reward grpo_bench_serve; do
+for bench in grpo_bench_gemm grpo_bench_tokenizer grpo_bench_model_forward grpo_bench_logprob_memory grpo_bench_rollout grpo_bench_train_async grpo_bench_train_precision grpo_bench_train_lora grpo_bench_rollout_lora grpo_bench_tool_rollout grpo_bench_verifiers grpo_bench_python_reward grpo_bench_serve grpo_bench_memory; do
   if [ ! -x "$BIN/$bench" ]; then
     echo "== $bench: not built (configure with -DGRPO_BUILD_BENCH=ON)" >&2
     exit 1

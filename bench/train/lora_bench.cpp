@@ -154,24 +154,13 @@ struct Result {
   long long trainable = 0;
 };
 
-// Re-executes this program for one variant and reads its result line.
-Result spawn_variant(const std::string& self, const std::string& args, const std::string& variant) {
-  const std::string command = self + " " + args + " --variant " + variant;
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) {
-    std::fprintf(stderr, "cannot run %s\n", command.c_str());
-    std::exit(1);
-  }
+// One variant in a process of its own; its result line read back.
+Result spawn_variant(const std::string& args, const std::string& variant) {
+  const std::string line = grpo::bench::run_variant_process(args, variant);
   Result r;
-  bool found = false;
-  char line[512];
-  while (std::fgets(line, sizeof line, pipe)) {
-    char name[32];
-    if (std::sscanf(line, "variant_result %31s %lf %lf %lld", name, &r.step_s, &r.peak_mib, &r.trainable) == 4) found = true;
-  }
-  const int status = ::pclose(pipe);
-  if (!found || status != 0) {
-    std::fprintf(stderr, "variant %s failed (status %d)\n", variant.c_str(), status);
+  char name[32];
+  if (std::sscanf(line.c_str(), "variant_result %31s %lf %lf %lld", name, &r.step_s, &r.peak_mib, &r.trainable) != 4) {
+    std::fprintf(stderr, "variant %s: unreadable result '%s'\n", variant.c_str(), line.c_str());
     std::exit(1);
   }
   return r;
@@ -200,13 +189,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
-  int threads = 0;
-  if (threads_flag > 0) {
-    at::set_num_threads(static_cast<int>(threads_flag));
-    threads = static_cast<int>(threads_flag);
-  } else {
-    threads = grpo::core::configure_compute_threads("grpo_bench_train_lora");
-  }
+  const int threads = grpo::bench::choose_threads(threads_flag, "grpo_bench_train_lora");
   const Tokens t = make_tokens(tokens / seq_len, seq_len / 2, seq_len - seq_len / 2, config.vocab_size, seed + 1);
   if (variant) return run_variant(variant, config, t, rank, repeats, seed);
 
@@ -226,9 +209,8 @@ int main(int argc, char** argv) {
   args << "--config " << config_path << " --tokens " << tokens << " --seq-len " << seq_len << " --rank " << rank
        << " --repeats " << repeats << " --threads " << threads << " --seed " << seed;
   const auto t0 = Clock::now();
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();  // popen's shell is not us
-  const Result full = spawn_variant(self, args.str(), "full");
-  const Result lora = spawn_variant(self, args.str(), "lora");
+  const Result full = spawn_variant(args.str(), "full");
+  const Result lora = spawn_variant(args.str(), "lora");
   std::printf("\n  %-6s %10s %12s %16s\n", "", "step s", "peak MiB", "trainable");
   std::printf("  %-6s %10.2f %12.0f %16lld\n", "full", full.step_s, full.peak_mib, full.trainable);
   std::printf("  %-6s %10.2f %12.0f %16lld\n", "lora", lora.step_s, lora.peak_mib, lora.trainable);

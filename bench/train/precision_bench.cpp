@@ -323,13 +323,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  int threads = 0;
-  if (threads_flag > 0) {
-    at::set_num_threads(static_cast<int>(threads_flag));
-    threads = static_cast<int>(threads_flag);
-  } else {
-    threads = grpo::core::configure_compute_threads("grpo_bench_train_precision");
-  }
+  const int threads = grpo::bench::choose_threads(threads_flag, "grpo_bench_train_precision");
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   std::printf("training precision benchmark\n");
   std::printf("cpu: %s; bf16 support: %s; available cores %d\n", cpu_model_name().c_str(),

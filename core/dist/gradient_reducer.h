@@ -15,6 +15,13 @@
 //
 // Sum, not mean: the trainer's losses use global denominators (core/algo/loss_aggregation.h),
 // so the sum of the ranks' gradients is the gradient of the global batch.
+//
+// dist.sharding: gradients (the second constructor): one bucket per unit of a ShardLayout
+// (core/dist/sharding.h), in reverse unit order; a bucket is reduced to the owners of its
+// chunks instead of all-reduced, this rank's chunk lands in the optimizer's gradient shard,
+// and finish() frees the buckets and every parameter's .grad: between steps and during the
+// optimizer step a rank holds 1/N of the gradients. Gradients still accumulate locally in .grad
+// over a step's micro-batches (communication once per optimizer step, as with all-reduce).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -26,11 +33,15 @@
 namespace grpo::core::dist {
 
 class Communicator;
+class ShardLayout;
 
 class GradientReducer {
  public:
   // `parameters`: the trainable parameters (requires_grad); bucket_bytes >= 1.
   GradientReducer(std::vector<at::Tensor> parameters, Communicator& comm, std::int64_t bucket_bytes);
+  // Reduce-scatter to owners: `layout` describes `parameters` (and must outlive the reducer);
+  // `grad_shard` [layout.shard_numel()] receives this rank's summed chunk of every unit.
+  GradientReducer(std::vector<at::Tensor> parameters, Communicator& comm, const ShardLayout& layout, at::Tensor grad_shard);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -49,6 +60,9 @@ class GradientReducer {
   void on_gradient(std::size_t param, const at::Tensor& grad);
   void launch_ready();
   void fill_from_grad(std::size_t param);
+  void install_hooks();
+  at::Tensor& flat_of(std::size_t bucket);  // a bucket's buffer, allocated when first used
+  void finish_scatter();
 
   std::vector<at::Tensor> params_;
   Communicator& comm_;
@@ -59,6 +73,9 @@ class GradientReducer {
   std::vector<bool> ready_;              // param's final gradient is in its bucket
   std::size_t next_launch_ = 0;
   bool armed_ = false;
+  const ShardLayout* layout_ = nullptr;  // reduce-scatter mode
+  at::Tensor grad_shard_;
+  std::vector<std::size_t> unit_of_bucket_;
   std::size_t launched_early_ = 0;
   double last_wait_s_ = 0.0;
 };

@@ -107,6 +107,7 @@ DistOptions dist_options(const sdk::ConfigValue& root) {
   o.timeout_s = positive("timeout_s", o.timeout_s);
   o.heartbeat_s = positive("heartbeat_s", o.heartbeat_s);
   o.bucket_mb = positive("bucket_mb", o.bucket_mb);
+  o.sharding = view.get_choice("sharding", o.sharding, {"none", "optimizer", "gradients"});
   if (o.heartbeat_s * 3 >= o.timeout_s)
     fail_at_config_key(root, {"dist", "heartbeat_s"}, "must be well below dist.timeout_s / 3 = " + std::to_string(o.timeout_s / 3));
   return o;
@@ -345,7 +346,9 @@ void Communicator::all_reduce_sum(std::vector<at::Tensor>& tensors, const std::s
   impl_->run(what, [&] { return impl_->group->allreduce(tensors, c10d::AllreduceOptions{}); });
 }
 
-Communicator::Pending Communicator::all_reduce_sum_async(at::Tensor& tensor, const std::string& what) {
+// Starts the collective `launch` makes of the kept tensors; its Pending waits for it.
+template <class Launch>
+Communicator::Pending Communicator::start(at::Tensor& tensor, const std::string& what, Launch&& launch) {
   const std::int64_t seq = impl_->enter(what);
   Pending p;
   p.impl_ = std::make_unique<Pending::Impl>();
@@ -354,12 +357,28 @@ Communicator::Pending Communicator::all_reduce_sum_async(at::Tensor& tensor, con
   p.impl_->what = what;
   p.impl_->seq = seq;
   try {
-    p.impl_->work = impl_->group->allreduce(p.impl_->tensors, c10d::AllreduceOptions{});
+    p.impl_->work = launch(p.impl_->tensors);
   } catch (const std::exception& e) {
     p.impl_.reset();
     impl_->fail(what, seq, e);
   }
   return p;
+}
+
+Communicator::Pending Communicator::all_reduce_sum_async(at::Tensor& tensor, const std::string& what) {
+  return start(tensor, what, [&](std::vector<at::Tensor>& t) { return impl_->group->allreduce(t, c10d::AllreduceOptions{}); });
+}
+
+Communicator::Pending Communicator::reduce_sum_async(at::Tensor& tensor, int root, const std::string& what) {
+  c10d::ReduceOptions o;
+  o.rootRank = root;
+  return start(tensor, what, [&](std::vector<at::Tensor>& t) { return impl_->group->reduce(t, o); });
+}
+
+void Communicator::all_gather(std::vector<at::Tensor>& outputs, at::Tensor& input, const std::string& what) {
+  std::vector<std::vector<at::Tensor>> out{outputs};
+  std::vector<at::Tensor> in{input};
+  impl_->run(what, [&] { return impl_->group->allgather(out, in); });
 }
 
 double Communicator::all_reduce_sum(double value, const std::string& what) {

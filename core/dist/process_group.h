@@ -36,9 +36,10 @@ struct DistOptions {
   double timeout_s = 1800.0;     // a collective that waits longer fails (a hung peer)
   double heartbeat_s = 1.0;      // heartbeat period (the lost-rank diagnosis waits ~3 of them)
   double bucket_mb = 25.0;       // gradient all-reduce bucket size
+  std::string sharding = "none";  // none | optimizer | gradients (core/dist/sharding.h)
 };
 
-// dist.launcher, backend, timeout_s, heartbeat_s, bucket_mb, validated (sdk::ConfigError naming the key).
+// dist.launcher, backend, timeout_s, heartbeat_s, bucket_mb, sharding, validated (sdk::ConfigError naming the key).
 DistOptions dist_options(const sdk::ConfigValue& root);
 
 // A peer rank died, hung or failed; what() names it and what it was doing.
@@ -81,6 +82,10 @@ class Communicator {
     std::unique_ptr<Impl> impl_;
   };
   Pending all_reduce_sum_async(at::Tensor& tensor, const std::string& what);
+  // Sums `tensor` over ranks into rank `root`'s copy (the others' are left unspecified), started now.
+  Pending reduce_sum_async(at::Tensor& tensor, int root, const std::string& what);
+  // outputs[r] = rank r's `input` (every rank's input of one shape; outputs may be views).
+  void all_gather(std::vector<at::Tensor>& outputs, at::Tensor& input, const std::string& what);
 
   double all_reduce_max(double value, const std::string& what);
   double all_reduce_sum(double value, const std::string& what);
@@ -94,6 +99,8 @@ class Communicator {
   double take_blocked_seconds();
 
  private:
+  template <class Launch>
+  Pending start(at::Tensor& tensor, const std::string& what, Launch&& launch);
   std::unique_ptr<Impl> impl_;
 };
 

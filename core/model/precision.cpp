@@ -65,6 +65,34 @@ ComputePrecisionScope::~ComputePrecisionScope() {
   }
 }
 
+AutocastState AutocastState::current() {
+  AutocastState s;
+  s.cpu_enabled = at::autocast::is_cpu_enabled();
+  s.cuda_enabled = at::autocast::is_enabled();
+  s.cache_enabled = at::autocast::is_autocast_cache_enabled();
+  s.cpu_dtype = at::autocast::get_autocast_cpu_dtype();
+  s.cuda_dtype = at::autocast::get_autocast_gpu_dtype();
+  return s;
+}
+
+AutocastStateScope::AutocastStateScope(const AutocastState& state) : previous_(AutocastState::current()) {
+  apply(state);
+  at::autocast::increment_nesting();
+}
+
+AutocastStateScope::~AutocastStateScope() {
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  apply(previous_);
+}
+
+void AutocastStateScope::apply(const AutocastState& state) {
+  at::autocast::set_cpu_enabled(state.cpu_enabled);
+  at::autocast::set_enabled(state.cuda_enabled);
+  at::autocast::set_autocast_cache_enabled(state.cache_enabled);
+  at::autocast::set_autocast_cpu_dtype(state.cpu_dtype);
+  at::autocast::set_autocast_gpu_dtype(state.cuda_dtype);
+}
+
 torch::Dtype autocast_compute_dtype(const torch::Tensor& t) {
   if (t.is_cuda() && at::autocast::is_enabled()) return at::autocast::get_autocast_gpu_dtype();
   if (t.is_cpu() && at::autocast::is_cpu_enabled()) return at::autocast::get_autocast_cpu_dtype();

@@ -49,6 +49,29 @@ class ComputePrecisionScope {
   at::ScalarType previous_dtype_ = at::kBFloat16;
 };
 
+// This thread's autocast settings (CPU and CUDA flags and dtypes, the cast cache), captured
+// so that a later computation can run under the same ones: autocast state is per thread, and
+// a recomputation in backward (core/model/activation_checkpoint.h) may run on another thread
+// or after the scope that set it has ended.
+struct AutocastState {
+  bool cpu_enabled = false, cuda_enabled = false, cache_enabled = true;
+  at::ScalarType cpu_dtype = at::kBFloat16, cuda_dtype = at::kHalf;
+  static AutocastState current();
+};
+
+// While alive, this thread runs under `state`; the previous settings come back after.
+class AutocastStateScope {
+ public:
+  explicit AutocastStateScope(const AutocastState& state);
+  ~AutocastStateScope();
+  AutocastStateScope(const AutocastStateScope&) = delete;
+  AutocastStateScope& operator=(const AutocastStateScope&) = delete;
+
+ private:
+  AutocastState previous_;
+  static void apply(const AutocastState& state);
+};
+
 // The dtype autocast computes `t`'s matrix products in when it is on for t's device, else
 // t's own dtype (what a custom autograd function with explicit casts should compute in).
 torch::Dtype autocast_compute_dtype(const torch::Tensor& t);

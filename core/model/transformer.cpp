@@ -4,6 +4,9 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/model/activation_checkpoint.h"
+#include "core/model/lora.h"
+
 namespace grpo::core {
 
 namespace {
@@ -311,6 +314,24 @@ torch::Tensor CausalLMImpl::lm_head_weight() const {
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
 }
 
+namespace {
+
+// The dropout generators of the LoRA adapters inside `module` (one per model, shared).
+std::vector<at::Generator> lora_dropout_generators(torch::nn::Module& module) {
+  std::vector<at::Generator> generators;
+  for (const auto& m : module.modules()) {
+    const auto* projection = dynamic_cast<const ProjectionImpl*>(m.get());
+    const LoraAdapter* lora = projection ? projection->lora() : nullptr;
+    if (!lora || lora->dropout <= 0.0 || !lora->dropout_generator) continue;
+    bool seen = false;
+    for (const auto& g : generators) seen = seen || g == *lora->dropout_generator;
+    if (!seen) generators.push_back(*lora->dropout_generator);
+  }
+  return generators;
+}
+
+}  // namespace
+
 torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const AttentionLayout& layout, KVCache* cache) {
   if (input_ids.dim() != 2) throw std::invalid_argument("input_ids must be [batch, tokens]");
   const int64_t B = input_ids.size(0), T = input_ids.size(1);
@@ -335,7 +356,18 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
   }
   auto [cos, sin] = rotary_.cos_sin(layout.position_ids);
   auto h = model->embed_tokens(input_ids);
-  for (const auto& layer : *model->layers) h = layer->as<DecoderLayer>()->forward(h, cos, sin, layout, cache);
+  const bool checkpoint = gradient_checkpointing_ && !cache && torch::GradMode::is_enabled();
+  for (const auto& layer : *model->layers) {
+    if (!checkpoint) {
+      h = layer->as<DecoderLayer>()->forward(h, cos, sin, layout, cache);
+      continue;
+    }
+    // Backward runs the layer again, after this function has returned: the lambda owns what it uses.
+    auto decoder_layer = std::dynamic_pointer_cast<DecoderLayerImpl>(layer);
+    h = checkpointed([decoder_layer, cos = cos, sin = sin, layout](const torch::Tensor& x) {
+      return decoder_layer->forward(x, cos, sin, layout, nullptr);
+    }, h, lora_dropout_generators(*decoder_layer));
+  }
   if (cache) {
     auto new_mask = layout.key_padding_mask.narrow(1, cache->length_, T);
     cache->key_mask_.narrow(1, cache->length_, T).copy_(new_mask);

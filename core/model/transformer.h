@@ -224,6 +224,12 @@ class CausalLMImpl : public torch::nn::Module {
   // Hugging Face-style initialization: normal(0, std) weights, zero biases, unit norms.
   void init_weights(double std, uint64_t seed);
 
+  // Activation checkpointing (core/model/activation_checkpoint.h) of every decoder layer in
+  // passes with autograd on and no KV cache: forward keeps each layer's input only and
+  // backward recomputes the layer. Off by default; inference paths are unaffected.
+  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
+
   Decoder model{nullptr};
   Projection lm_head{nullptr};  // null when tie_word_embeddings
 
@@ -233,6 +239,7 @@ class CausalLMImpl : public torch::nn::Module {
 
   ModelConfig config_;
   RotaryEmbedding rotary_;
+  bool gradient_checkpointing_ = false;
 };
 TORCH_MODULE(CausalLM);
 

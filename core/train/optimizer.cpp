@@ -20,6 +20,25 @@ const char* lr_schedule_name(LrSchedule schedule) {
   return "constant";
 }
 
+// torch.nn.utils.clip_grad_norm_ over the optimizer's parameters' .grad.
+double clip_param_grad_norm(torch::optim::Optimizer& optimizer, double max_norm) {
+  std::vector<torch::Tensor> grads;
+  for (auto& group : optimizer.param_groups())
+    for (auto& p : group.params())
+      if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return 0.0;
+  std::vector<torch::Tensor> norms;
+  norms.reserve(grads.size());
+  for (const auto& g : grads) norms.push_back(g.detach().to(torch::kDouble).norm(2));
+  const double norm = torch::stack(norms).norm(2).to(torch::kCPU).item<double>();  // read back on the host
+  if (std::isfinite(norm) && max_norm > 0.0 && norm > max_norm) {
+    const double coef = max_norm / (norm + 1e-6);
+    torch::NoGradGuard no_grad;
+    for (const auto& g : grads) g.mul_(coef);
+  }
+  return norm;
+}
+
 }  // namespace
 
 OptimizerSettings optimizer_settings(const sdk::ConfigValue& root) {
@@ -73,35 +92,37 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const 
   return make_adamw(trainable, s);
 }
 
-std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<torch::Tensor>& parameters, const OptimizerSettings& s) {
+bool adamw_decays(const torch::Tensor& parameter) { return parameter.dim() >= 2; }
+
+std::vector<torch::optim::OptimizerParamGroup> adamw_param_groups(const std::vector<torch::Tensor>& parameters,
+                                                                  const OptimizerSettings& s) {
   std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& p : parameters) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  auto options = [&](double wd) {
-    return torch::optim::AdamWOptions(s.learning_rate).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(wd);
-  };
+  for (const auto& p : parameters) (adamw_decays(p) ? decay : no_decay).push_back(p);
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(options(s.weight_decay)));
-  if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(options(0.0)));
-  return std::make_unique<torch::optim::AdamW>(std::move(groups), options(s.weight_decay));
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(adamw_options(s, s.weight_decay)));
+  if (!no_decay.empty()) groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(adamw_options(s, 0.0)));
+  return groups;
+}
+
+torch::optim::AdamWOptions adamw_options(const OptimizerSettings& s, double weight_decay) {
+  return torch::optim::AdamWOptions(s.learning_rate).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(weight_decay);
+}
+
+std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<torch::Tensor>& parameters, const OptimizerSettings& s) {
+  return std::make_unique<torch::optim::AdamW>(adamw_param_groups(parameters, s), adamw_options(s, s.weight_decay));
 }
 
 double clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm) {
-  std::vector<torch::Tensor> grads;
-  for (auto& group : optimizer.param_groups())
-    for (auto& p : group.params())
-      if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return 0.0;
-  std::vector<torch::Tensor> norms;
-  norms.reserve(grads.size());
-  for (const auto& g : grads) norms.push_back(g.detach().to(torch::kDouble).norm(2));
-  const double norm = torch::stack(norms).norm(2).to(torch::kCPU).item<double>();  // read back on the host
-  if (std::isfinite(norm) && max_norm > 0.0 && norm > max_norm) {
-    const double coef = max_norm / (norm + 1e-6);
-    torch::NoGradGuard no_grad;
-    for (const auto& g : grads) g.mul_(coef);
-  }
-  return norm;
+  if (auto* self_clipping = dynamic_cast<SelfClippingOptimizer*>(&optimizer)) return self_clipping->clip_grad_norm(max_norm);
+  return clip_param_grad_norm(optimizer, max_norm);
 }
+
+double SelfClippingOptimizer::measure_and_clip(double max_norm) {
+  auto* optimizer = dynamic_cast<torch::optim::Optimizer*>(this);
+  if (!optimizer) throw std::logic_error("SelfClippingOptimizer: not an optimizer");
+  return clip_param_grad_norm(*optimizer, max_norm);
+}
+
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);

@@ -45,6 +45,34 @@ double lr_factor(const OptimizerSettings& settings, std::int64_t step, std::int6
 // decay), or over `parameters` (LoRA adapters: core/model/lora.h).
 std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const OptimizerSettings& settings);
 std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<torch::Tensor>& parameters, const OptimizerSettings& settings);
+// make_adamw's parts: its options (with this weight decay), whether a parameter decays, and its
+// parameter groups (decaying first, then the rest when there is any), for optimizers that
+// follow it (core/dist/sharding.h).
+torch::optim::AdamWOptions adamw_options(const OptimizerSettings& settings, double weight_decay);
+bool adamw_decays(const torch::Tensor& parameter);
+std::vector<torch::optim::OptimizerParamGroup> adamw_param_groups(const std::vector<torch::Tensor>& parameters,
+                                                                  const OptimizerSettings& settings);
+
+// An optimizer that measures and clips its gradients itself, because they are not all in its
+// parameters' .grad (a sharded one, core/dist/sharding.h); clip_grad_norm() defers to it.
+class SelfClippingOptimizer {
+ public:
+  virtual ~SelfClippingOptimizer() = default;
+  virtual double clip_grad_norm(double max_norm) = 0;
+
+ protected:
+  // clip_grad_norm's own measure over the optimizer's parameters' .grad.
+  double measure_and_clip(double max_norm);
+};
+
+// An optimizer whose saved state can be checked against it before anything is restored (a
+// sharded one: its world size, rank and layout); check_state throws std::runtime_error saying
+// why it does not fit.
+class CheckedOptimizerState {
+ public:
+  virtual ~CheckedOptimizerState() = default;
+  virtual void check_state(torch::serialize::InputArchive& archive) const = 0;
+};
 
 // The global L2 norm of the optimizer's gradients (float64, as torch.nn.utils.clip_grad_norm_
 // measures it; 0 without gradients). When it is finite and above max_norm > 0 the gradients

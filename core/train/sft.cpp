@@ -139,6 +139,7 @@ SftSettings sft_settings(const sdk::ConfigValue& root) {
       at_least("train", "per_device_train_batch_size", train.get_int("per_device_train_batch_size", s.rows_per_micro_batch), 1);
   s.logprob_chunk_tokens = at_least("train", "logprob_chunk_tokens", train.get_int("logprob_chunk_tokens", s.logprob_chunk_tokens), 1);
   s.precision = training_precision(root);
+  s.gradient_checkpointing = train.get_bool("gradient_checkpointing", s.gradient_checkpointing);
   s.save_freq = at_least("checkpoint", "save_freq", checkpoint.get_int("save_freq", s.save_freq), 0);
   s.keep_last = at_least("checkpoint", "keep_last", checkpoint.get_int("keep_last", s.keep_last), 0);
   s.chat_template = tokenizer.get_string("chat_template", s.chat_template);
@@ -249,6 +250,8 @@ void run_sft(const SftSettings& s, const sdk::ConfigValue& config, LoadedPolicy&
     if (!policy.lora) attach_lora(policy_spec, policy);
   }
   model->train();
+  model->set_gradient_checkpointing(s.gradient_checkpointing);
+  if (s.gradient_checkpointing) spdlog::info("activation checkpointing: on (each decoder layer is recomputed in backward)");
   auto optimizer = policy.lora ? make_adamw(policy.lora->parameters(), s.optimizer) : make_adamw(*model, s.optimizer);
 
   TrainerState state;

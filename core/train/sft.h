@@ -35,6 +35,7 @@ struct SftSettings {
   std::int64_t rows_per_micro_batch = 1;
   std::int64_t logprob_chunk_tokens = 1024;
   Precision precision = Precision::kFp32;  // train.precision (resolved against model.dtype)
+  bool gradient_checkpointing = false;     // train.gradient_checkpointing
   std::int64_t save_freq = 0;
   std::int64_t keep_last = 2;
   std::string chat_template = "auto";  // tokenizer.chat_template

@@ -184,12 +184,16 @@ void read_checkpoint(const fs::path& d, const CheckpointContents& c, CheckpointD
   } catch (const std::exception& e) {
     throw CheckpointError(d.string() + ": " + e.what());
   }
+  const std::string optimizer_file = c.shard_world > 0 ? optimizer_shard_file(c.shard_rank, c.shard_world) : kOptimizerFile;
   try {
-    out.optimizer.load_from((d / kOptimizerFile).string());
+    out.optimizer.load_from((d / optimizer_file).string());
+    // A shard of another layout is refused here, before anything is restored.
+    if (const auto* self_checking = dynamic_cast<const CheckedOptimizerState*>(c.optimizer))
+      self_checking->check_state(out.optimizer);
   } catch (const c10::Error& e) {
-    throw file_error(kOptimizerFile, std::string("cannot load the optimizer state: ") + e.what_without_backtrace());
+    throw file_error(optimizer_file.c_str(), std::string("cannot load the optimizer state: ") + e.what_without_backtrace());
   } catch (const std::exception& e) {
-    throw file_error(kOptimizerFile, std::string("cannot load the optimizer state: ") + e.what());
+    throw file_error(optimizer_file.c_str(), std::string("cannot load the optimizer state: ") + e.what());
   }
   try {
     torch::serialize::InputArchive archive;
@@ -220,15 +224,41 @@ void restore_checkpoint(const fs::path& d, CheckpointData& data, const Checkpoin
   else
     load_model_weights(*c.policy, data.policy, d.string());
   if (data.reference) load_model_weights(*c.reference, *data.reference, (d / kReferenceFile).string());
+  const std::string optimizer_file = c.shard_world > 0 ? optimizer_shard_file(c.shard_rank, c.shard_world) : kOptimizerFile;
   try {
     c.optimizer->load(data.optimizer);
   } catch (const c10::Error& e) {
-    throw CheckpointError((d / kOptimizerFile).string() + ": cannot restore the optimizer state: " + e.what_without_backtrace());
+    throw CheckpointError((d / optimizer_file).string() + ": cannot restore the optimizer state: " + e.what_without_backtrace());
+  } catch (const std::runtime_error& e) {
+    throw CheckpointError((d / optimizer_file).string() + ": cannot restore the optimizer state: " + e.what());
   }
   if (c.lora) c.lora->set_dropout_rng_state(data.lora_dropout_rng);
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle: shares the global state
   std::lock_guard<std::mutex> lock(generator.mutex());
   generator.set_state(data.rng);
+}
+
+// Why `d`'s optimizer state does not fit this run's layout (c.shard_world), or "".
+std::string optimizer_layout_mismatch(const fs::path& d, const CheckpointContents& c) {
+  int saved_world = 0;  // 0: optimizer.pt
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(d, ec)) {
+    int r = 0, w = 0;
+    if (std::sscanf(entry.path().filename().c_str(), "optimizer_shard_%d_of_%d.pt", &r, &w) == 2) saved_world = w;
+  }
+  const bool saved_whole = fs::exists(d / kOptimizerFile);
+  if (c.shard_world == 0 && saved_world > 0)
+    return "holds an optimizer state sharded over " + std::to_string(saved_world) +
+           " ranks (dist.sharding); this run keeps one whole optimizer state: resume it with dist.sharding optimizer or "
+           "gradients and " + std::to_string(saved_world) + " ranks (re-sharding is not supported)";
+  if (c.shard_world > 0 && saved_whole)
+    return "holds one whole optimizer state (dist.sharding: none); this run shards it over " +
+           std::to_string(c.shard_world) + " ranks: resume it with dist.sharding none (re-sharding is not supported)";
+  if (c.shard_world > 0 && saved_world > 0 && saved_world != c.shard_world)
+    return "holds optimizer shards of " + std::to_string(saved_world) + " ranks; this run has " +
+           std::to_string(c.shard_world) + ": resume it with " + std::to_string(saved_world) +
+           " ranks (re-sharding to another world size is not supported)";
+  return "";
 }
 
 std::string step_list(const std::vector<std::pair<std::int64_t, fs::path>>& all) {
@@ -239,15 +269,51 @@ std::string step_list(const std::vector<std::pair<std::int64_t, fs::path>>& all)
 
 }  // namespace
 
+std::string optimizer_shard_file(int rank, int world) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "optimizer_shard_%05d_of_%05d.pt", rank, world);
+  return buf;
+}
+
+// A hidden ".step_..." folder: remove_checkpoint_staging clears it when a save was killed.
+std::string optimizer_shards_path(const std::string& run_dir, std::int64_t step) {
+  return (fs::path(checkpoint_root(run_dir)) / ("." + checkpoint_step_name(step) + ".shards")).string();
+}
+
+void prepare_optimizer_shards(const std::string& run_dir, std::int64_t step) {
+  const std::string folder = optimizer_shards_path(run_dir, step);
+  try {
+    fs::create_directories(checkpoint_root(run_dir));
+    remove_checkpoint_staging(run_dir);  // leftovers of a killed save
+    fs::create_directories(folder);
+  } catch (const std::exception& e) {
+    throw CheckpointError("cannot prepare the folder of the optimizer shards " + folder + ": " + e.what());
+  }
+}
+
+void save_optimizer_shard(const std::string& run_dir, std::int64_t step, torch::optim::Optimizer& optimizer, int rank,
+                          int world) {
+  const std::string path = (fs::path(optimizer_shards_path(run_dir, step)) / optimizer_shard_file(rank, world)).string();
+  try {
+    save_optimizer(optimizer, path);
+  } catch (const std::exception& e) {
+    throw CheckpointError("cannot save the optimizer shard " + path + ": " + e.what());
+  }
+}
+
 TrainerState save_checkpoint(const std::string& run_dir, const TrainerState& state, const CheckpointContents& c,
                              std::int64_t keep_last) {
   const fs::path root = checkpoint_root(run_dir);
   const fs::path final_dir = checkpoint_path(run_dir, state.step);
   const fs::path staging = root / ("." + checkpoint_step_name(state.step) + ".partial");
+  const fs::path shards = optimizer_shards_path(run_dir, state.step);
   TrainerState written = state;
   try {
     fs::create_directories(root);
-    remove_checkpoint_staging(run_dir);  // leftovers of a killed save
+    // Leftovers of a killed save (with sharding, prepare_optimizer_shards cleared them already
+    // and the current shards are kept).
+    if (c.shard_world == 0) remove_checkpoint_staging(run_dir);
+    fs::remove_all(staging);
     if (c.lora) {
       // A PEFT adapter folder, with the tokenizer beside it as TRL saves one.
       fs::create_directories(staging);
@@ -264,7 +330,19 @@ TrainerState save_checkpoint(const std::string& run_dir, const TrainerState& sta
       options.generation_config_json = c.generation_config_json;
       save_model(staging.string(), *c.policy, options);
     }
-    save_optimizer(*c.optimizer, (staging / kOptimizerFile).string());
+    if (c.shard_world == 0) {
+      save_optimizer(*c.optimizer, (staging / kOptimizerFile).string());
+    } else {  // every rank's shard, saved by that rank (save_optimizer_shard)
+      for (int r = 0; r < c.shard_world; ++r) {
+        const std::string name = optimizer_shard_file(r, c.shard_world);
+        if (!fs::exists(shards / name))
+          throw CheckpointError("rank " + std::to_string(r) + "'s optimizer shard " + (shards / name).string() +
+                                " is missing (with dist.sharding every rank writes its shard into the run directory: "
+                                "it must be shared and writable by every rank)");
+        fs::rename(shards / name, staging / name);
+      }
+      fsync_directory(staging.string());
+    }
     {
       torch::serialize::OutputArchive archive;
       // LibTorch's CPU generator: its state is a CPU tensor by nature (whatever the model's device).
@@ -276,9 +354,11 @@ TrainerState save_checkpoint(const std::string& run_dir, const TrainerState& sta
     written.files = record_files(staging);
     atomic_write_file((staging / kStateFile).string(), state_json(written).dump(2) + "\n");
     replace_directory(staging.string(), final_dir.string());  // a re-run of the same step replaces it
+    if (c.shard_world > 0) fs::remove_all(shards);
   } catch (const std::exception& e) {
     std::error_code ec;
     fs::remove_all(staging, ec);
+    fs::remove_all(shards, ec);
     throw CheckpointError("cannot save the checkpoint of step " + std::to_string(state.step) + " to " +
                           final_dir.string() + " (the checkpoints saved before are untouched): " + e.what());
   }
@@ -344,6 +424,9 @@ bool resume_from_checkpoint(const sdk::ConfigValue& config, const std::string& r
   }
   std::vector<std::string> failures;
   for (const auto& [candidate_step, dir] : candidates) {
+    // A checkpoint of another optimizer layout cannot be resumed by this run: no fallback.
+    if (const std::string why = optimizer_layout_mismatch(dir, contents); !why.empty())
+      fail_at_config_key(config, {"dist", "sharding"}, dir.string() + " " + why);
     try {
       CheckpointData data;
       read_checkpoint(dir, contents, data);

@@ -68,9 +68,26 @@ struct CheckpointContents {
   // files, instead of the policy's weights; `policy` is still the model they are attached to.
   LoraAdapters* lora = nullptr;
   std::string lora_base_model;
+  // dist.sharding: the optimizer state is one shard per rank (optimizer_shard_file), written by
+  // every rank into the folder rank 0 prepared (prepare_optimizer_shards, save_optimizer_shard)
+  // instead of optimizer.pt; this rank's is loaded. 0: optimizer.pt.
+  int shard_world = 0;
+  int shard_rank = 0;
 };
 
-// Writes the checkpoint of state.step atomically and durably, then deletes complete checkpoints
+// "optimizer_shard_00001_of_00004.pt": rank 1's optimizer shard of a 4-rank run.
+std::string optimizer_shard_file(int rank, int world);
+
+// Sharded optimizers, rank 0: clears the staging leftovers of killed saves and creates the
+// folder every rank then writes its shard of step `step` into (optimizer_shards_path, the same
+// path on every rank), before rank 0's save_checkpoint moves them into the checkpoint.
+void prepare_optimizer_shards(const std::string& run_dir, std::int64_t step);
+std::string optimizer_shards_path(const std::string& run_dir, std::int64_t step);
+// This rank's shard of `optimizer` into that folder, atomically (CheckpointError on failure).
+void save_optimizer_shard(const std::string& run_dir, std::int64_t step, torch::optim::Optimizer& optimizer, int rank, int world);
+
+// Writes the checkpoint of state.step atomically and durably (with contents.shard_world > 0, with
+// the optimizer shards every rank saved: save_optimizer_shard), then deletes complete checkpoints
 // beyond the newest `keep_last` (0 = keep all). Returns the state as written (with `files`).
 // Any failure is a CheckpointError (core/model/checkpoint.h) naming the checkpoint and the
 // cause; the staging folder is removed and the earlier checkpoints are untouched.

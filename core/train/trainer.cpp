@@ -19,6 +19,7 @@
 #include "core/dist/gradient_reducer.h"
 #include "core/dist/metric_reduction.h"
 #include "core/dist/process_group.h"
+#include "core/dist/sharding.h"
 #include "core/metrics/run_metrics.h"
 #include "core/runtime/threads.h"
 #include "core/train/advantages.h"
@@ -75,6 +76,7 @@ class Trainer {
 
  private:
   void resume_or_start();
+  std::unique_ptr<torch::optim::Optimizer> make_optimizer();
   void set_up_data_parallel();
   // Wall-clock parts of a step (the time/* metrics).
   struct StepTimes {
@@ -115,7 +117,8 @@ class Trainer {
   CausalLM model_{nullptr}, reference_{nullptr};
   LoraAdapters* lora_ = nullptr;                  // model.lora: the policy's adapters
   LoraAdapters* reference_adapters_off_ = nullptr;  // LoRA with a KL term: reference_ is model_ with these off
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  dist::ShardedAdamW* sharded_ = nullptr;  // optimizer_, when dist.sharding shards it
   std::int64_t total_optimizer_steps_ = 0;
   TrainerState state_;
   CheckpointContents contents_;
@@ -147,7 +150,9 @@ bool Trainer::prepare() {
     reference_ = load_reference_model(s_, policy_spec_);
   }
   model_->train();
-  optimizer_ = lora_ ? make_adamw(lora_->parameters(), s_.optimizer) : make_adamw(*model_, s_.optimizer);
+  model_->set_gradient_checkpointing(s_.gradient_checkpointing);
+  if (s_.gradient_checkpointing) spdlog::info("activation checkpointing: on (each decoder layer is recomputed in backward)");
+  optimizer_ = make_optimizer();
   total_optimizer_steps_ = s_.steps * s_.update.num_epochs * s_.update.num_mini_batches;
 
   resume_or_start();
@@ -193,6 +198,44 @@ bool Trainer::prepare() {
   return true;
 }
 
+// AdamW over what trains (every weight, or the LoRA adapters); with dist.sharding, sharded over
+// the ranks (core/dist/sharding.h), one unit per decoder layer (or the adapters as one).
+std::unique_ptr<torch::optim::Optimizer> Trainer::make_optimizer() {
+  const dist::Sharding sharding = *dist::parse_sharding(dist::dist_options(config_).sharding);
+  if (sharding != dist::Sharding::kNone && !dist_)
+    spdlog::warn("dist.sharding {}: one process, nothing to shard; training as with dist.sharding none",
+                 dist::sharding_name(sharding));
+  if (sharding == dist::Sharding::kNone || !dist_)
+    return lora_ ? make_adamw(lora_->parameters(), s_.optimizer) : make_adamw(*model_, s_.optimizer);
+  std::vector<at::Tensor> params;
+  std::vector<std::vector<std::size_t>> units;
+  if (lora_) {
+    params = lora_->parameters();
+    units.emplace_back();
+    for (std::size_t k = 0; k < params.size(); ++k) units.back().push_back(k);
+  } else {
+    std::vector<std::string> names;
+    for (const auto& kv : model_->named_parameters())
+      if (kv.value().requires_grad()) {
+        names.push_back(kv.key());
+        params.push_back(kv.value());
+      }
+    units = dist::decoder_units(names);
+  }
+  auto optimizer = std::make_unique<dist::ShardedAdamW>(params, units, s_.optimizer, dist_->train(), sharding);
+  sharded_ = optimizer.get();
+  spdlog::info("dist.sharding {}: this rank keeps the AdamW state of {} of {} trainable values ({:.1f} MiB){}",
+               dist::sharding_name(sharding), optimizer->layout().shard_numel(),
+               [&] {
+                 std::int64_t n = 0;
+                 for (const auto& p : params) n += p.numel();
+                 return n;
+               }(),
+               optimizer->state_bytes() / 1048576.0,
+               sharding == dist::Sharding::kGradients ? ", and receives only its shard of the summed gradients" : "");
+  return optimizer;
+}
+
 // The checkpoint contents and, with run.resume, the newest checkpoint's state; then the ranks'
 // agreement (data-parallel).
 void Trainer::resume_or_start() {
@@ -206,6 +249,10 @@ void Trainer::resume_or_start() {
   contents_.tokenizer = &*policy_.tokenizer;
   contents_.chat_templates = policy_.chat_template->sources();  // resolved once, by load_policy
   contents_.generation_config_json = policy_.model.generation_config_json;
+  if (sharded_) {
+    contents_.shard_world = dist_->world_size();
+    contents_.shard_rank = dist_->rank();
+  }
   resumed_ = s_.resume && resume_from_checkpoint(config_, s_.run_dir, s_.seed, s_.resume_from, contents_, state_);
   main_rank_ = !dist_ || dist_->is_main();
   if (dist_) {
@@ -228,8 +275,11 @@ void Trainer::set_up_data_parallel() {
     for (const auto& p : model_->parameters())
       if (p.requires_grad()) trainable.push_back(p);
   }
-  reducer_ = std::make_unique<dist::GradientReducer>(trainable, dist_->train(),
-                                                     static_cast<std::int64_t>(dist_->options().bucket_mb * 1024 * 1024));
+  if (sharded_ && sharded_->mode() == dist::Sharding::kGradients)  // reduce-scatter to the owners
+    reducer_ = std::make_unique<dist::GradientReducer>(trainable, dist_->train(), sharded_->layout(), sharded_->grad_shard());
+  else
+    reducer_ = std::make_unique<dist::GradientReducer>(trainable, dist_->train(),
+                                                       static_cast<std::int64_t>(dist_->options().bucket_mb * 1024 * 1024));
   data_parallel_.comm = &dist_->train();
   data_parallel_.reducer = reducer_.get();
   update_components_.data_parallel = &data_parallel_;
@@ -332,6 +382,7 @@ void Trainer::add_step_metrics(const std::vector<Group>& groups, const StepTimes
   m.emplace_back("time/weight_snapshot", times.snapshot_s);
   m.emplace_back("time/step", seconds_since(times.step_t0));
   m.emplace_back("train/consecutive_nonfinite", static_cast<double>(state_.consecutive_nonfinite));
+  m.emplace_back("memory/optimizer_state_mib", static_cast<double>(dist::optimizer_state_bytes(*optimizer_)) / 1048576.0);
   double train_tokens = 0;
   for (const auto& g : groups)
     for (const auto& smp : g.samples) train_tokens += static_cast<double>(g.prompt_ids.size() + smp.response_ids.size());
@@ -410,8 +461,20 @@ MetricList Trainer::evaluate(std::int64_t step) {
 }
 
 void Trainer::save(const char* why) {
-  if (!main_rank_) return;  // every rank holds the same weights and state
   const auto t0 = Clock::now();
+  if (sharded_) {
+    // Rank 0 prepares the folder, every rank writes its optimizer shard, rank 0 completes it;
+    // no rank goes on before the checkpoint is complete (a failure is announced to the others).
+    if (main_rank_) prepare_optimizer_shards(s_.run_dir, state_.step);
+    dist_->train().barrier("checkpoint " + std::to_string(state_.step) + ": folder prepared");
+    save_optimizer_shard(s_.run_dir, state_.step, *optimizer_, dist_->rank(), dist_->world_size());
+    dist_->train().barrier("checkpoint " + std::to_string(state_.step) + ": optimizer shards written");
+    if (main_rank_) save_checkpoint(s_.run_dir, state_, contents_, s_.keep_last);
+    dist_->train().barrier("checkpoint " + std::to_string(state_.step) + ": complete");
+    if (main_rank_) spdlog::info("checkpoint {} ({}, {:.2f} s)", checkpoint_path(s_.run_dir, state_.step), why, seconds_since(t0));
+    return;
+  }
+  if (!main_rank_) return;  // every rank holds the same weights and state
   save_checkpoint(s_.run_dir, state_, contents_, s_.keep_last);
   spdlog::info("checkpoint {} ({}, {:.2f} s)", checkpoint_path(s_.run_dir, state_.step), why, seconds_since(t0));
 }

@@ -138,6 +138,7 @@ void read_update(const sdk::ConfigValue& root, const Sections& c, TrainerSetting
   if (!(s.ref_update_alpha > 0.0 && s.ref_update_alpha <= 1.0))
     fail_at_config_key(root, {"train", "ref_update_alpha"}, "expected a number in (0, 1]");
   s.max_nonfinite_steps = at_least("train", "max_nonfinite_steps", train.get_int("max_nonfinite_steps", s.max_nonfinite_steps), 1);
+  s.gradient_checkpointing = train.get_bool("gradient_checkpointing", s.gradient_checkpointing);
 }
 
 // eval.*, checkpoint.* and the chat template.

@@ -58,6 +58,7 @@ struct TrainerSettings {
   std::int64_t ref_update_freq = 0;
   double ref_update_alpha = 0.6;
   std::int64_t max_nonfinite_steps = 3;
+  bool gradient_checkpointing = false;  // train.gradient_checkpointing
 
   std::int64_t eval_every = 0;
   bool eval_at_start = true;

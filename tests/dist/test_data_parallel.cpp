@@ -20,9 +20,11 @@
 
 #include "core/dist/local_launcher.h"
 #include "core/model/safetensors_torch.h"
+#include "core/train/train_state.h"
 #include "tests/support/metrics_jsonl.h"
 #include "tests/support/run_command.h"
 #include "tests/support/test_dir.h"
+#include "tests/train/resume_check.h"
 #include "tests/train/trainer_fixtures.h"
 
 namespace {
@@ -120,6 +122,24 @@ TEST(DataParallel, TwoGlooRanksTrainTheSameWeightsAsOneProcess) {
   // Rank 0 alone writes the run directory's outputs.
   EXPECT_TRUE(fs::exists(dir + "/nproc/metrics.jsonl"));
   EXPECT_TRUE(fs::exists(dir + "/nproc/run.log"));
+}
+
+// Activation checkpointing under data parallel: the recomputed layers' gradients reach the
+// bucketed all-reduce through the same parameter hooks (reentrant backward), so two ranks with
+// it on train the weights of one process with it off.
+TEST(DataParallel, ActivationCheckpointingKeepsTheWeightsOfOneProcess) {
+  const std::string dir = fresh_test_dir("dist");
+  const std::string config = write_config(dir);
+  auto one = run_command(grpo_run() + " --config " + config + " --set run.output_dir=" + dir + "/one 2>&1");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto two = run_command(grpo_run() + " --config " + config + " --set run.output_dir=" + dir +
+                         "/two --set train.gradient_checkpointing=true --nproc 2 2>&1");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(two.output.find("activation checkpointing: on"), std::string::npos) << two.output;
+  const std::string final_step = "/checkpoints/step_000004";
+  ASSERT_GT(max_weight_difference(dir + "/one" + final_step, dir + "/model"), 1e-3);
+  EXPECT_LT(max_weight_difference(dir + "/one" + final_step, dir + "/two" + final_step), 1e-5);
+  expect_same_rollouts(dir + "/one", dir + "/two");
 }
 
 TEST(DataParallel, BatchWideAdvantageStatisticsAreGlobal) {
@@ -326,6 +346,145 @@ TEST(DataParallel, TooFewPromptsForTheRanksIsAConfigurationError) {
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("rollout.num_unique_prompts"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("2 ranks need at least 2 prompts"), std::string::npos) << r.output;
+}
+
+}  // namespace
+
+// ---- dist.sharding (core/dist/sharding.h) ---------------------------------------------------
+
+namespace {
+
+struct ShardCase {
+  const char* mode;
+  int ranks;
+};
+
+std::string shard_case_name(const ::testing::TestParamInfo<ShardCase>& info) {
+  return std::string(info.param.mode) + "_" + std::to_string(info.param.ranks) + "ranks";
+}
+
+std::string sharded(const ShardCase& c) {
+  return " --set dist.sharding=" + std::string(c.mode) + " --nproc " + std::to_string(c.ranks);
+}
+
+class ShardedDataParallel : public ::testing::TestWithParam<ShardCase> {};
+
+// Each mode on 2 and 4 ranks against dist.sharding none on as many ranks: the weights after 5
+// steps, and every step's metrics (the ranks' metrics are reduced alike); each rank holds 1/N of
+// the AdamW state.
+TEST_P(ShardedDataParallel, TrainsTheWeightsAndMetricsOfNone) {
+  const ShardCase c = GetParam();
+  const std::string dir = fresh_test_dir("dist");
+  const std::string config = write_config(dir);
+  // Weight decay on (matrices decay, vectors do not: both parameter groups).
+  const std::string common = grpo_run() + " --config " + config + " --set train.steps=5 --set train.weight_decay=0.1";
+  auto one = run_command(common + " --set run.output_dir=" + dir + "/one --set dist.sharding=none --nproc " +
+                         std::to_string(c.ranks) + " 2>&1");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto many = run_command(common + " --set run.output_dir=" + dir + "/many" + sharded(c) + " 2>&1");
+  ASSERT_EQ(many.exit_code, 0) << many.output;
+  EXPECT_NE(many.output.find("dist.sharding " + std::string(c.mode) + ": this rank keeps the AdamW state of"),
+            std::string::npos) << many.output;
+  const std::string final_step = "/checkpoints/step_000005";
+  ASSERT_GT(max_weight_difference(dir + "/one" + final_step, dir + "/model"), 1e-3);
+  EXPECT_LT(max_weight_difference(dir + "/one" + final_step, dir + "/many" + final_step), 1e-5);
+  expect_same_rollouts(dir + "/one", dir + "/many");
+  const auto a = read_metrics(dir + "/one"), b = read_metrics(dir + "/many");
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].contains("loss/policy_avg")) continue;  // the evaluation-only line of step 0
+    for (const char* key : {"loss/policy_avg", "loss/kl_avg", "objective/kl", "optimizer/grad_norm", "val/ratio",
+                            "train/optimizer_steps", "objective/entropy"}) {
+      const double x = a[i][key].get<double>(), y = b[i][key].get<double>();
+      EXPECT_NEAR(x, y, 1e-5 * (1.0 + std::abs(x))) << key << " line " << i;
+    }
+    const double whole = a[i]["memory/optimizer_state_mib"].get<double>();
+    const double shard = b[i]["memory/optimizer_state_mib"].get<double>();
+    EXPECT_GT(whole, 0.0);
+    // 1/N of the state, plus at most one padding value per unit and rank.
+    EXPECT_LT(shard, whole / c.ranks * 1.01) << "line " << i;
+    EXPECT_GT(shard, whole / c.ranks * 0.99) << "line " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ShardedDataParallel,
+                         // 3 ranks: units that do not divide evenly (padded last chunks)
+                         ::testing::Values(ShardCase{"optimizer", 2}, ShardCase{"gradients", 2}, ShardCase{"gradients", 3},
+                                           ShardCase{"optimizer", 4}, ShardCase{"gradients", 4}),
+                         shard_case_name);
+
+class ShardedResume : public ::testing::TestWithParam<ShardCase> {};
+
+// A data-parallel run killed after a checkpoint and resumed ends where the uninterrupted one
+// ended, metric for metric and bit for bit, in every mode (each rank reloads its own optimizer
+// shard). Synchronous rollouts: an async run resumes reproducibly but not bit-identically
+// (docs/training.md, "Async rollouts").
+TEST_P(ShardedResume, IsExact) {
+  const std::string dir = fresh_test_dir("dist");
+  const std::string config = write_config(dir);
+  const std::string common = "--config " + config + " --set train.steps=4 --set checkpoint.save_freq=2 --set eval.every=0" +
+                             " --set rollout.async_steps=0" + sharded(GetParam());
+  int code = 0;
+  const std::string full = grpo::testing::run_grpo(common + " --set run.output_dir=" + dir + "/full", &code);
+  ASSERT_EQ(code, 0) << full;
+  const bool sharded_state = std::string(GetParam().mode) != "none";
+  for (int r = 0; r < GetParam().ranks; ++r)
+    EXPECT_EQ(fs::exists(dir + "/full/checkpoints/step_000004/" + grpo::core::optimizer_shard_file(r, GetParam().ranks)),
+              sharded_state) << r;
+  EXPECT_EQ(fs::exists(dir + "/full/checkpoints/step_000004/optimizer.pt"), !sharded_state);
+  grpo::testing::expect_killed_run_resumes_exactly(common, dir + "/full", dir + "/cut", 2, 4, "model.safetensors");
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ShardedResume,
+                         ::testing::Values(ShardCase{"none", 2}, ShardCase{"optimizer", 2}, ShardCase{"gradients", 2}),
+                         shard_case_name);
+
+class ShardedFailure : public ::testing::TestWithParam<const char*> {};
+
+// A killed rank is named by the other in every mode, at once (its heartbeat stops).
+TEST_P(ShardedFailure, AKilledRankIsNamed) {
+  const std::string dir = fresh_test_dir("dist");
+  const std::string config = write_config(dir);
+  const int timeout_s = 60;
+  const std::string out = disrupt_a_rank(
+      dir, long_run_args(config, dir, timeout_s) + " --set dist.sharding=" + std::string(GetParam()), "9", 1);
+  ASSERT_NE(out.find("code:7 ms:"), std::string::npos) << out;
+  EXPECT_NE(out.find("lost rank 1: no heartbeat"), std::string::npos) << out;
+  EXPECT_LT(seconds_of(out), timeout_s) << out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ShardedFailure, ::testing::Values("optimizer", "gradients"));
+
+// Bad input: sharding one process warns and trains unsharded; a checkpoint whose optimizer
+// layout is not this run's (another world size, sharded vs whole) is refused naming
+// dist.sharding, before anything is loaded.
+TEST(ShardedDataParallel, OneProcessWarnsAndMismatchedShardsAreRefused) {
+  const std::string dir = fresh_test_dir("dist");
+  const std::string config = write_config(dir);
+  const std::string common = grpo_run() + " --config " + config + " --set train.steps=2 --set eval.every=0 --set run.output_dir=" + dir + "/run";
+  auto single = run_command(common + " --set run.output_dir=" + dir + "/single --set dist.sharding=optimizer 2>&1");
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  EXPECT_NE(single.output.find("dist.sharding optimizer: one process, nothing to shard"), std::string::npos) << single.output;
+  EXPECT_TRUE(fs::exists(dir + "/single/checkpoints/step_000002/optimizer.pt"));
+
+  auto two = run_command(common + " --set dist.sharding=gradients --nproc 2 2>&1");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const std::string resume = " --set train.steps=3 --resume";
+  auto as_one = run_command(common + resume + " 2>&1");
+  EXPECT_NE(as_one.exit_code, 0) << as_one.output;
+  EXPECT_NE(as_one.output.find("dist.sharding"), std::string::npos) << as_one.output;
+  EXPECT_NE(as_one.output.find("holds an optimizer state sharded over 2 ranks"), std::string::npos) << as_one.output;
+  auto as_four = run_command(common + resume + " --set dist.sharding=gradients --nproc 4 2>&1");
+  EXPECT_NE(as_four.exit_code, 0) << as_four.output;
+  EXPECT_NE(as_four.output.find("holds optimizer shards of 2 ranks; this run has 4"), std::string::npos) << as_four.output;
+  auto whole = run_command(common + resume + " --set dist.sharding=none --nproc 2 2>&1");
+  EXPECT_NE(whole.exit_code, 0) << whole.output;
+  EXPECT_NE(whole.output.find("this run keeps one whole optimizer state"), std::string::npos) << whole.output;
+  auto single_resumed_sharded = run_command(grpo_run() + " --config " + config + " --set train.steps=3 --set eval.every=0 --set run.output_dir=" +
+                                            dir + "/single --resume --set dist.sharding=optimizer --nproc 2 2>&1");
+  EXPECT_NE(single_resumed_sharded.exit_code, 0) << single_resumed_sharded.output;
+  EXPECT_NE(single_resumed_sharded.output.find("holds one whole optimizer state (dist.sharding: none)"), std::string::npos)
+      << single_resumed_sharded.output;
 }
 
 }  // namespace

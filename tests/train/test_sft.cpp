@@ -177,6 +177,28 @@ TEST(Sft, LearnsAndItsRunDirectoryIsAModelPathForGrpoRun) {
   EXPECT_NE(v.output.find("model: " + ckpt + " (Qwen2ForCausalLM)"), std::string::npos) << v.output;
 }
 
+// train.gradient_checkpointing recomputes each layer in backward: the same losses step by step
+// (its gradients equal the plain pass's: tests/model/test_activation_checkpoint.cpp).
+TEST(Sft, ActivationCheckpointingTrainsTheSameRun) {
+  const std::string dir = fresh_test_dir("sft");
+  const std::string model = write_model_folder(dir);
+  const std::string data = write_rows(dir);
+  const std::string args = "--set sft.steps=8 --set sft.batch_size=3 --set train.learning_rate=1e-2";
+  auto plain = run_command(sft_command(dir, model, data, args + " --set run.output_dir=" + dir + "/plain"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  auto ckpt = run_command(sft_command(dir, model, data, args + " --set run.output_dir=" + dir + "/ckpt --set train.gradient_checkpointing=true"));
+  ASSERT_EQ(ckpt.exit_code, 0) << ckpt.output;
+  EXPECT_NE(ckpt.output.find("activation checkpointing: on"), std::string::npos) << ckpt.output;
+  EXPECT_EQ(plain.output.find("activation checkpointing"), std::string::npos) << plain.output;
+  const auto a = read_metrics(dir + "/plain"), b = read_metrics(dir + "/ckpt");
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), 8u);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double la = a[i].at("train/loss").get<double>(), lb = b[i].at("train/loss").get<double>();
+    EXPECT_NEAR(la, lb, 1e-5 * (1.0 + std::abs(la))) << "step " << i + 1;
+  }
+}
+
 // --resume-from STEP picks that checkpoint (newer ones notwithstanding); a step below 1 is a bad
 // command line.
 TEST(Sft, ResumeFromChoosesTheStep) {

@@ -163,7 +163,10 @@ namespace {
 // Reads what is there to read of a non-blocking pipe: complete lines into `lines`, the rest
 // stays in `buf`. False at end of file (the interpreter exited or closed the pipe).
 bool read_available(int fd, std::string* buf, std::vector<std::string>* lines, bool carriage_returns = false) {
-  if (!grpo_sandbox::read_available(fd, buf)) return false;
+  // The lines read together with the end of the stream count too: a worker's last answer and
+  // its exit often arrive in one read, and that answer must not be lost (its row would be blamed
+  // for the exit of the row after it).
+  const bool open = grpo_sandbox::read_available(fd, buf);
   const char* breaks = carriage_returns ? "\n\r" : "\n";
   std::size_t start = 0;
   for (std::size_t nl = buf->find_first_of(breaks); nl != std::string::npos; nl = buf->find_first_of(breaks, start)) {
@@ -171,7 +174,7 @@ bool read_available(int fd, std::string* buf, std::vector<std::string>* lines, b
     start = nl + 1;
   }
   buf->erase(0, start);
-  return true;
+  return open;
 }
 
 }  // namespace

@@ -1,0 +1,228 @@
+#include "core/dist/sharding.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+
+#include "core/dist/process_group.h"
+
+namespace grpo::core::dist {
+
+const char* sharding_name(Sharding sharding) {
+  switch (sharding) {
+    case Sharding::kOptimizer: return "optimizer";
+    case Sharding::kGradients: return "gradients";
+    case Sharding::kNone: break;
+  }
+  return "none";
+}
+
+std::optional<Sharding> parse_sharding(std::string_view name) {
+  if (name == "none") return Sharding::kNone;
+  if (name == "optimizer") return Sharding::kOptimizer;
+  if (name == "gradients") return Sharding::kGradients;
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+ShardLayout::ShardLayout(const std::vector<at::Tensor>& params, std::vector<std::vector<std::size_t>> units, int rank,
+                         int world)
+    : rank_(rank), world_(world) {
+  if (world < 1 || rank < 0 || rank >= world)
+    throw std::invalid_argument("shard layout: rank " + std::to_string(rank) + " of " + std::to_string(world));
+  std::vector<int> seen(params.size(), 0);
+  for (auto& members : units) {
+    if (members.empty()) continue;
+    Unit u;
+    u.params = std::move(members);
+    for (std::size_t k : u.params) {
+      if (k >= params.size() || seen[k]++)
+        throw std::invalid_argument("shard layout: the units are not a partition of the " + std::to_string(params.size()) +
+                                    " parameters (index " + std::to_string(k) + ")");
+      u.offsets.push_back(u.numel);
+      u.numel += params[k].numel();
+    }
+    u.chunk = (u.numel + world - 1) / world;
+    u.shard_offset = shard_numel_;
+    shard_numel_ += u.chunk;
+    // This rank's chunk [begin, end) of the unit's values, cut into per-parameter pieces.
+    const std::int64_t begin = u.chunk * rank, end = std::min(u.numel, begin + u.chunk);
+    for (std::size_t i = 0; i < u.params.size(); ++i) {
+      const std::int64_t a = std::max(begin, u.offsets[i]);
+      const std::int64_t b = std::min(end, u.offsets[i] + params[u.params[i]].numel());
+      if (a < b) pieces_.push_back({u.params[i], a - u.offsets[i], b - a, u.shard_offset + (a - begin)});
+    }
+    units_.push_back(std::move(u));
+  }
+  for (std::size_t k = 0; k < params.size(); ++k)
+    if (!seen[k]) throw std::invalid_argument("shard layout: parameter " + std::to_string(k) + " is in no unit");
+}
+
+std::vector<std::vector<std::size_t>> decoder_units(const std::vector<std::string>& names) {
+  std::vector<std::vector<std::size_t>> units(1);  // [0]: everything outside the decoder layers
+  const std::string prefix = "model.layers.";
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    const std::string& n = names[k];
+    if (n.rfind(prefix, 0) != 0) {
+      units[0].push_back(k);
+      continue;
+    }
+    const std::size_t layer = std::stoul(n.substr(prefix.size()));
+    if (units.size() < layer + 2) units.resize(layer + 2);
+    units[layer + 1].push_back(k);
+  }
+  return units;
+}
+
+// ---------------------------------------------------------------------------------------------
+ShardedAdamW::ShardedAdamW(std::vector<at::Tensor> params, std::vector<std::vector<std::size_t>> units,
+                           const OptimizerSettings& settings, Communicator& comm, Sharding mode)
+    : torch::optim::Optimizer(adamw_param_groups(params, settings),
+                              std::make_unique<torch::optim::AdamWOptions>(adamw_options(settings, settings.weight_decay))),
+      params_(std::move(params)),
+      comm_(comm),
+      mode_(mode),
+      layout_(params_, std::move(units), comm.rank(), comm.world_size()) {
+  if (mode == Sharding::kNone) throw std::invalid_argument("ShardedAdamW: dist.sharding none needs no sharded optimizer");
+  if (params_.empty()) throw std::invalid_argument("ShardedAdamW: no trainable parameter");
+  for (const auto& p : params_)
+    if (p.scalar_type() != params_.front().scalar_type() || p.device() != params_.front().device())
+      throw std::invalid_argument("ShardedAdamW: the trainable parameters differ in dtype or device");
+  for (const auto& p : params_) group_of_.push_back(adamw_decays(p) ? 0 : 1);
+  const auto opts = params_.front().options().requires_grad(false);
+  exp_avg_ = torch::zeros({layout_.shard_numel()}, opts);
+  exp_avg_sq_ = torch::zeros({layout_.shard_numel()}, opts);
+  if (mode == Sharding::kGradients) grad_shard_ = torch::zeros({layout_.shard_numel()}, opts);
+}
+
+at::Tensor ShardedAdamW::param_values(std::size_t k) const { return params_[k].detach().view(-1); }
+
+torch::Tensor ShardedAdamW::step(LossClosure closure) {
+  if (closure) throw std::invalid_argument("ShardedAdamW::step takes no closure");
+  torch::NoGradGuard no_grad;
+  ++step_;
+  for (const ShardLayout::Piece& piece : layout_.pieces()) {
+    const auto& options = static_cast<const torch::optim::AdamWOptions&>(param_groups()[group_of_[piece.param]].options());
+    at::Tensor grad;
+    if (mode_ == Sharding::kOptimizer) {
+      const at::Tensor& full = params_[piece.param].grad();
+      // The reducer leaves every parameter a gradient (zeros where no rank had one).
+      if (!full.defined()) throw std::logic_error("ShardedAdamW: a parameter has no gradient after the reduction");
+      grad = full.view(-1).narrow(0, piece.param_offset, piece.length);
+    } else {
+      grad = grad_shard_.narrow(0, piece.shard_offset, piece.length);
+    }
+    at::Tensor p = param_values(piece.param).narrow(0, piece.param_offset, piece.length);
+    at::Tensor exp_avg = exp_avg_.narrow(0, piece.shard_offset, piece.length);
+    at::Tensor exp_avg_sq = exp_avg_sq_.narrow(0, piece.shard_offset, piece.length);
+    // torch::optim::AdamW::step's operations, in its order.
+    if (options.weight_decay() != 0) p.mul_(1 - options.lr() * options.weight_decay());
+    const double beta1 = std::get<0>(options.betas()), beta2 = std::get<1>(options.betas());
+    const double bias_correction1 = 1 - std::pow(beta1, step_);
+    const double bias_correction2 = 1 - std::pow(beta2, step_);
+    exp_avg.mul_(beta1).add_(grad, 1 - beta1);
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+    const at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options.eps());
+    p.addcdiv_(exp_avg, denom, -options.lr() / bias_correction1);
+  }
+  all_gather_parameters();
+  return {};
+}
+
+// Every rank's updated chunk of every unit to every rank, one unit at a time.
+void ShardedAdamW::all_gather_parameters() {
+  const int world = layout_.world();
+  const auto opts = params_.front().options().requires_grad(false);
+  for (std::size_t u = 0; u < layout_.units().size(); ++u) {
+    const ShardLayout::Unit& unit = layout_.units()[u];
+    at::Tensor mine = torch::zeros({unit.chunk}, opts);
+    const std::int64_t begin = unit.chunk * layout_.rank();
+    for (std::size_t i = 0; i < unit.params.size(); ++i) {  // this rank's chunk, from its parameters
+      const std::int64_t n = params_[unit.params[i]].numel();
+      const std::int64_t a = std::max(begin, unit.offsets[i]), b = std::min(begin + unit.chunk, unit.offsets[i] + n);
+      if (a < b) mine.narrow(0, a - begin, b - a).copy_(param_values(unit.params[i]).narrow(0, a - unit.offsets[i], b - a));
+    }
+    at::Tensor all = torch::empty({unit.chunk * world}, opts);
+    std::vector<at::Tensor> outputs;
+    for (int r = 0; r < world; ++r) outputs.push_back(all.narrow(0, unit.chunk * r, unit.chunk));
+    comm_.all_gather(outputs, mine, "updated parameters (unit " + std::to_string(u + 1) + " of " +
+                                        std::to_string(layout_.units().size()) + ")");
+    for (std::size_t i = 0; i < unit.params.size(); ++i) {
+      const std::int64_t n = params_[unit.params[i]].numel();
+      param_values(unit.params[i]).copy_(all.narrow(0, unit.offsets[i], n));
+    }
+  }
+}
+
+double ShardedAdamW::clip_grad_norm(double max_norm) {
+  torch::NoGradGuard no_grad;
+  if (mode_ == Sharding::kOptimizer) return measure_and_clip(max_norm);  // the full, all-reduced .grad
+  // The sum of squares of this rank's gradient shard (padding is zero), summed over ranks.
+  const double local = grad_shard_.to(torch::kDouble).pow(2).sum().item<double>();
+  const double norm = std::sqrt(comm_.all_reduce_sum(local, "gradient norm"));
+  if (std::isfinite(norm) && max_norm > 0.0 && norm > max_norm) grad_shard_.mul_(max_norm / (norm + 1e-6));
+  return norm;
+}
+
+std::int64_t ShardedAdamW::state_bytes() const {
+  return (exp_avg_.numel() + exp_avg_sq_.numel()) * static_cast<std::int64_t>(exp_avg_.element_size());
+}
+
+void ShardedAdamW::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("sharding", torch::tensor({static_cast<std::int64_t>(mode_)}));
+  archive.write("world_size", torch::tensor({static_cast<std::int64_t>(layout_.world())}));
+  archive.write("rank", torch::tensor({static_cast<std::int64_t>(layout_.rank())}));
+  archive.write("shard_numel", torch::tensor({layout_.shard_numel()}));
+  archive.write("step", torch::tensor({step_}));
+  archive.write("exp_avg", exp_avg_.to(torch::kCPU));
+  archive.write("exp_avg_sq", exp_avg_sq_.to(torch::kCPU));
+}
+
+namespace {
+
+std::int64_t archive_scalar(torch::serialize::InputArchive& archive, const char* key) {
+  at::Tensor t;
+  archive.read(key, t);
+  return t.item<std::int64_t>();
+}
+
+}  // namespace
+
+void ShardedAdamW::check_state(torch::serialize::InputArchive& archive) const {
+  const std::int64_t world = archive_scalar(archive, "world_size"), rank = archive_scalar(archive, "rank");
+  const std::int64_t numel = archive_scalar(archive, "shard_numel");
+  if (world != layout_.world() || rank != layout_.rank() || numel != layout_.shard_numel())
+    throw std::runtime_error("the optimizer shard is rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                             " with " + std::to_string(numel) + " values; this is rank " + std::to_string(layout_.rank()) +
+                             " of " + std::to_string(layout_.world()) + " with " + std::to_string(layout_.shard_numel()) +
+                             " (resume with the world size and the model of the run that saved it)");
+  at::Tensor m, v;
+  archive.read("exp_avg", m);
+  archive.read("exp_avg_sq", v);
+  if (m.numel() != numel || v.numel() != numel) throw std::runtime_error("the optimizer shard's moments are not of its size");
+}
+
+void ShardedAdamW::load(torch::serialize::InputArchive& archive) {
+  check_state(archive);
+  at::Tensor m, v;
+  archive.read("exp_avg", m);
+  archive.read("exp_avg_sq", v);
+  const std::int64_t step = archive_scalar(archive, "step");
+  torch::NoGradGuard no_grad;
+  exp_avg_.copy_(m);
+  exp_avg_sq_.copy_(v);
+  step_ = step;
+}
+
+std::int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {
+  if (const auto* sharded = dynamic_cast<const ShardedAdamW*>(&optimizer)) return sharded->state_bytes();
+  std::int64_t bytes = 0;
+  for (const auto& [key, state] : optimizer.state())
+    if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(state.get()))
+      for (const at::Tensor* t : {&adamw->exp_avg(), &adamw->exp_avg_sq(), &adamw->max_exp_avg_sq()})
+        if (t->defined()) bytes += t->numel() * static_cast<std::int64_t>(t->element_size());
+  return bytes;
+}
+
+}  // namespace grpo::core::dist
