@@ -51,7 +51,7 @@ ShardLayout::ShardLayout(const std::vector<at::Tensor>& params, std::vector<std:
     for (std::size_t i = 0; i < u.params.size(); ++i) {
       const std::int64_t a = std::max(begin, u.offsets[i]);
       const std::int64_t b = std::min(end, u.offsets[i] + params[u.params[i]].numel());
-      if (a < b) pieces_.push_back({u.params[i], a - u.offsets[i], b - a, u.shard_offset + (a - begin)});
+      if (a < b) pieces_.push_back({units_.size(), u.params[i], a - u.offsets[i], b - a, u.shard_offset + (a - begin)});
     }
     units_.push_back(std::move(u));
   }
@@ -134,14 +134,15 @@ torch::Tensor ShardedAdamW::step(LossClosure closure) {
 void ShardedAdamW::all_gather_parameters() {
   const int world = layout_.world();
   const auto opts = params_.front().options().requires_grad(false);
+  const std::vector<ShardLayout::Piece>& pieces = layout_.pieces();  // in unit order
+  std::size_t next_piece = 0;
   for (std::size_t u = 0; u < layout_.units().size(); ++u) {
     const ShardLayout::Unit& unit = layout_.units()[u];
-    at::Tensor mine = torch::zeros({unit.chunk}, opts);
-    const std::int64_t begin = unit.chunk * layout_.rank();
-    for (std::size_t i = 0; i < unit.params.size(); ++i) {  // this rank's chunk, from its parameters
-      const std::int64_t n = params_[unit.params[i]].numel();
-      const std::int64_t a = std::max(begin, unit.offsets[i]), b = std::min(begin + unit.chunk, unit.offsets[i] + n);
-      if (a < b) mine.narrow(0, a - begin, b - a).copy_(param_values(unit.params[i]).narrow(0, a - unit.offsets[i], b - a));
+    at::Tensor mine = torch::zeros({unit.chunk}, opts);  // this rank's chunk, from its pieces (padding 0)
+    for (; next_piece < pieces.size() && pieces[next_piece].unit == u; ++next_piece) {
+      const ShardLayout::Piece& piece = pieces[next_piece];
+      mine.narrow(0, piece.shard_offset - unit.shard_offset, piece.length)
+          .copy_(param_values(piece.param).narrow(0, piece.param_offset, piece.length));
     }
     at::Tensor all = torch::empty({unit.chunk * world}, opts);
     std::vector<at::Tensor> outputs;

@@ -50,6 +50,7 @@ class ShardLayout {
   };
   // A run of one parameter's values that lies in this rank's shard.
   struct Piece {
+    std::size_t unit = 0;           // index into units()
     std::size_t param = 0;
     std::int64_t param_offset = 0;  // in the parameter's flattened values
     std::int64_t length = 0;

@@ -76,6 +76,7 @@ class Trainer {
 
  private:
   void resume_or_start();
+  std::vector<at::Tensor> trainable_parameters(std::vector<std::string>* names = nullptr) const;
   std::unique_ptr<torch::optim::Optimizer> make_optimizer();
   void set_up_data_parallel();
   // Wall-clock parts of a step (the time/* metrics).
@@ -198,6 +199,20 @@ bool Trainer::prepare() {
   return true;
 }
 
+// What the optimizer updates, in one order for the optimizer and the gradient reducer (a sharded
+// optimizer's layout indexes it): the weights that require gradients, or the LoRA adapters;
+// `names`: the weights' names (empty with LoRA).
+std::vector<at::Tensor> Trainer::trainable_parameters(std::vector<std::string>* names) const {
+  if (lora_) return lora_->parameters();
+  std::vector<at::Tensor> params;
+  for (const auto& kv : model_->named_parameters())
+    if (kv.value().requires_grad()) {
+      if (names) names->push_back(kv.key());
+      params.push_back(kv.value());
+    }
+  return params;
+}
+
 // AdamW over what trains (every weight, or the LoRA adapters); with dist.sharding, sharded over
 // the ranks (core/dist/sharding.h), one unit per decoder layer (or the adapters as one).
 std::unique_ptr<torch::optim::Optimizer> Trainer::make_optimizer() {
@@ -205,21 +220,14 @@ std::unique_ptr<torch::optim::Optimizer> Trainer::make_optimizer() {
   if (sharding != dist::Sharding::kNone && !dist_)
     spdlog::warn("dist.sharding {}: one process, nothing to shard; training as with dist.sharding none",
                  dist::sharding_name(sharding));
-  if (sharding == dist::Sharding::kNone || !dist_)
-    return lora_ ? make_adamw(lora_->parameters(), s_.optimizer) : make_adamw(*model_, s_.optimizer);
-  std::vector<at::Tensor> params;
+  if (sharding == dist::Sharding::kNone || !dist_) return make_adamw(trainable_parameters(), s_.optimizer);
+  std::vector<std::string> names;
+  const std::vector<at::Tensor> params = trainable_parameters(&names);
   std::vector<std::vector<std::size_t>> units;
   if (lora_) {
-    params = lora_->parameters();
     units.emplace_back();
     for (std::size_t k = 0; k < params.size(); ++k) units.back().push_back(k);
   } else {
-    std::vector<std::string> names;
-    for (const auto& kv : model_->named_parameters())
-      if (kv.value().requires_grad()) {
-        names.push_back(kv.key());
-        params.push_back(kv.value());
-      }
     units = dist::decoder_units(names);
   }
   auto optimizer = std::make_unique<dist::ShardedAdamW>(params, units, s_.optimizer, dist_->train(), sharding);
@@ -268,13 +276,7 @@ void Trainer::resume_or_start() {
 
 // Gradients all-reduced in buckets while backward runs (core/dist/gradient_reducer.h).
 void Trainer::set_up_data_parallel() {
-  std::vector<at::Tensor> trainable;  // what the optimizer updates: every weight, or the LoRA adapters
-  if (lora_) {
-    trainable = lora_->parameters();
-  } else {
-    for (const auto& p : model_->parameters())
-      if (p.requires_grad()) trainable.push_back(p);
-  }
+  const std::vector<at::Tensor> trainable = trainable_parameters();
   if (sharded_ && sharded_->mode() == dist::Sharding::kGradients)  // reduce-scatter to the owners
     reducer_ = std::make_unique<dist::GradientReducer>(trainable, dist_->train(), sharded_->layout(), sharded_->grad_shard());
   else
