@@ -207,9 +207,22 @@ function(_grpo_torch_has_nccl out)
 endfunction()
 
 # GRPO_WITH_CUDA: AUTO enables CUDA when LibTorch was built with it and a toolkit exists.
-# Sets GRPO_HAVE_CUDA and GRPO_HAVE_NCCL (ON when GRPO_HAVE_CUDA, on Linux, and LibTorch has
+# Sets GRPO_HAVE_GLOO (gloo's headers found), GRPO_HAVE_CUDA and GRPO_HAVE_NCCL (ON when GRPO_HAVE_CUDA, on Linux, and LibTorch has
 # c10d's NCCL process group: then USE_C10D_NCCL is defined for the code that uses it).
 macro(grpo_configure_cuda)
+  # c10d's ProcessGroupGloo.hpp includes gloo's own headers: Debian's libtorch-dev comes with
+  # libgloo-dev, PyTorch's pip wheels ship none. Without them the Gloo backend is left out
+  # (GPUs use NCCL); dist.backend gloo then says why.
+  find_path(GRPO_GLOO_INCLUDE_DIR gloo/algorithm.h HINTS "${TORCH_INSTALL_PREFIX}/include"
+            DOC "Folder holding gloo/algorithm.h, for c10d's Gloo process group")
+  if(GRPO_GLOO_INCLUDE_DIR)
+    set(GRPO_HAVE_GLOO ON)
+    set_property(TARGET torch APPEND PROPERTY INTERFACE_INCLUDE_DIRECTORIES "${GRPO_GLOO_INCLUDE_DIR}")
+  else()
+    set(GRPO_HAVE_GLOO OFF)
+    message(STATUS "grpo: gloo's headers (gloo/algorithm.h) not found: dist.backend gloo is left out of this build "
+                   "(set -DGRPO_GLOO_INCLUDE_DIR to the gloo this LibTorch was built with)")
+  endif()
   set(GRPO_HAVE_CUDA OFF)
   set(GRPO_HAVE_NCCL OFF)
   set(_grpo_torch_cuda OFF)
@@ -250,4 +263,38 @@ function(grpo_add_fixture_plugin name)
     set(_torch_flag TORCH)
   endif()
   grpo_add_plugin(${name} SOURCES ${ARG_SOURCES} OUTPUT_DIRECTORY "${_dir}" NO_INSTALL ${_torch_flag})
+endfunction()
+
+# After find_package(Torch) and find_package(spdlog): PyTorch's pip wheels ship their own {fmt}
+# (12.x) in torch/include, which, being on every torch target's include path, shadows the {fmt}
+# the system's spdlog was built against (Debian/Ubuntu: 9.x; spdlog 1.10 does not compile with
+# {fmt} >= 11). A folder holding only a link `fmt` to spdlog's {fmt} goes first on torch's
+# include path, so spdlog and the c10d headers both compile against spdlog's {fmt}. The two
+# {fmt}s never meet at link time: their symbols live in different inline namespaces (fmt::v9,
+# fmt::v12), and LibTorch keeps its copy inside its own libraries.
+function(grpo_put_spdlog_fmt_first)
+  if(NOT TARGET torch OR NOT TARGET fmt::fmt OR NOT EXISTS "${TORCH_INSTALL_PREFIX}/include/fmt")
+    return()
+  endif()
+  get_target_property(_fmt_dirs fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+  set(_fmt_dir "")
+  foreach(_dir IN LISTS _fmt_dirs)
+    if(EXISTS "${_dir}/fmt/core.h")
+      set(_fmt_dir "${_dir}/fmt")
+      break()
+    endif()
+  endforeach()
+  if(NOT _fmt_dir)
+    message(STATUS "grpo: LibTorch ships {fmt} and spdlog's {fmt} headers were not found; torch's goes first")
+    return()
+  endif()
+  if(_fmt_dir STREQUAL "${TORCH_INSTALL_PREFIX}/include/fmt")
+    return()
+  endif()
+  set(_shim "${CMAKE_BINARY_DIR}/grpo-spdlog-fmt")
+  file(MAKE_DIRECTORY "${_shim}")
+  file(CREATE_LINK "${_fmt_dir}" "${_shim}/fmt" SYMBOLIC)
+  get_target_property(_torch_dirs torch INTERFACE_INCLUDE_DIRECTORIES)
+  set_property(TARGET torch PROPERTY INTERFACE_INCLUDE_DIRECTORIES "${_shim};${_torch_dirs}")
+  message(STATUS "grpo: LibTorch ships its own {fmt}; spdlog's (${_fmt_dir}) goes first on torch's include path")
 endfunction()

@@ -19,7 +19,10 @@
 # Exits non-zero when a step fails; the later steps still run and the summary lists them all.
 #
 # Usage: scripts/gpu-check.sh [BUILD_DIR]        (default: build-gpu in the repository)
-# Environment: PYTHON (default python3), JOBS (build jobs, default nproc).
+# Environment: PYTHON (default python3), JOBS (build jobs, default nproc), EXTRA_PREFIX_PATH
+# (more CMake prefixes, ;-separated, for dependencies unpacked outside /usr, e.g. Debian
+# packages extracted with dpkg-deb -x on a machine that cannot install them; set
+# PKG_CONFIG_LIBDIR/PKG_CONFIG_SYSROOT_DIR and LD_LIBRARY_PATH to match).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -66,7 +69,8 @@ if [ -f "$BUILD_DIR/CMakeCache.txt" ]; then
     die "$BUILD_DIR was configured with another LibTorch ($cached); remove it or name another BUILD_DIR"
   fi
 fi
-cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DGRPO_WITH_CUDA=ON -DCMAKE_PREFIX_PATH="$TORCH_PREFIX"
+cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DGRPO_WITH_CUDA=ON \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX${EXTRA_PREFIX_PATH:+;$EXTRA_PREFIX_PATH}"
 
 step "build"
 targets=(grpo_gpu_tests grpo-run grpo-sft grpo-export)

@@ -15,6 +15,8 @@
 // on loopback and take training steps of the same model (forward, backward with the gradient
 // reducer, clipping, AdamW) on --step-tokens tokens each, once per mode. Prints
 //   zero1_optimizer_memory_ratio         per-rank AdamW state bytes, none / optimizer
+//   zero3_param_memory_ratio             per-rank parameter bytes at rest (after a step), none / full,
+//                                        read from the storages the parameters hold then
 //   sharding_<mode>_step_time_ratio      a step's time in that mode / in none
 //
 //   grpo_bench_memory [--tokens 8192] [--seqs 8] [--layers 12] [--hidden 512] [--repeats 1] [--threads N]
@@ -23,6 +25,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -120,9 +123,21 @@ Result spawn_variant(const std::string& args, const char* variant) {
 struct ShardResult {
   double step_s = 0;
   long long state_bytes = 0;
+  long long param_bytes = 0;
 };
 
-// One rank of a sharding run; rank 0 prints "shard_result <median step s> <state bytes>".
+// The bytes of parameter values a rank holds: the storages its parameters view (each once; a
+// full-sharded unit's storage is 0 bytes between uses), plus its shard under dist.sharding full.
+long long parameter_bytes(const std::vector<at::Tensor>& params, const grpo::core::dist::ShardedParameters* sharded) {
+  std::set<const void*> seen;
+  long long bytes = 0;
+  for (const auto& p : params)
+    if (seen.insert(p.storage().unsafeGetStorageImpl()).second) bytes += static_cast<long long>(p.storage().nbytes());
+  if (sharded) bytes += static_cast<long long>(sharded->shard().nbytes());
+  return bytes;
+}
+
+// One rank of a sharding run; rank 0 prints "shard_result <median step s> <state bytes> <parameter bytes at rest>".
 int run_shard_rank(const std::string& mode_name, int rank, int world, int port, const grpo::core::ModelConfig& config,
                    std::int64_t tokens, std::int64_t steps) {
   namespace dist = grpo::core::dist;
@@ -152,12 +167,19 @@ int run_shard_rank(const std::string& mode_name, int rank, int world, int port, 
   if (mode == dist::Sharding::kNone) {
     optimizer = grpo::core::make_adamw(params, settings);
   } else {
-    auto s = std::make_unique<dist::ShardedAdamW>(params, dist::decoder_units(names), settings, d.train(), mode);
+    const auto units = dist::decoder_units(names);
+    std::vector<std::int64_t> layer_of_unit;  // unit k > 0 is decoder layer k - 1
+    for (std::size_t k = 0; k < units.size(); ++k) layer_of_unit.push_back(static_cast<std::int64_t>(k) - 1);
+    auto s = std::make_unique<dist::ShardedAdamW>(params, units, settings, d.train(), mode, layer_of_unit);
     sharded = s.get();
     optimizer = std::move(s);
+    if (mode == dist::Sharding::kFull) {  // as the trainer: the model gathers its layers as it goes
+      model->set_parameter_residency(sharded->parameters());
+      sharded->parameters()->free_all();
+    }
   }
   std::unique_ptr<dist::GradientReducer> reducer;
-  if (mode == dist::Sharding::kGradients)
+  if (mode == dist::Sharding::kGradients || mode == dist::Sharding::kFull)
     reducer = std::make_unique<dist::GradientReducer>(params, d.train(), sharded->layout(), sharded->grad_shard());
   else
     reducer = std::make_unique<dist::GradientReducer>(params, d.train(), std::int64_t{25} << 20);
@@ -182,8 +204,9 @@ int run_shard_rank(const std::string& mode_name, int rank, int world, int port, 
   std::vector<double> times;
   for (std::int64_t i = 0; i < steps; ++i) times.push_back(step());
   if (rank == 0)
-    std::printf("shard_result %.4f %lld\n", grpo::bench::median(times),
-                static_cast<long long>(dist::optimizer_state_bytes(*optimizer)));
+    std::printf("shard_result %.4f %lld %lld\n", grpo::bench::median(times),
+                static_cast<long long>(dist::optimizer_state_bytes(*optimizer)),
+                parameter_bytes(params, sharded ? sharded->parameters().get() : nullptr));
   return 0;
 }
 
@@ -203,7 +226,7 @@ ShardResult spawn_shard_run(const std::string& args, const std::string& mode, in
   bool found = false;
   char line[512];
   while (std::fgets(line, sizeof line, pipe))
-    if (std::sscanf(line, "shard_result %lf %lld", &r.step_s, &r.state_bytes) == 2) found = true;
+    if (std::sscanf(line, "shard_result %lf %lld %lld", &r.step_s, &r.state_bytes, &r.param_bytes) == 3) found = true;
   const int status = ::pclose(pipe);
   if (!found || status != 0) {
     std::fprintf(stderr, "dist.sharding %s on %d ranks failed (status %d)\n", mode.c_str(), world, status);
@@ -277,10 +300,11 @@ int main(int argc, char** argv) {
   shard_args << "--layers " << layers << " --hidden " << hidden << " --ranks " << ranks << " --step-tokens " << step_tokens
              << " --steps " << steps;
   std::vector<std::pair<std::string, ShardResult>> modes;
-  for (const char* mode : {"none", "optimizer", "gradients"})
+  for (const char* mode : {"none", "optimizer", "gradients", "full"})
     modes.emplace_back(mode, spawn_shard_run(shard_args.str(), mode, static_cast<int>(ranks)));
-  std::printf("\n  %-12s %10s %22s\n", "sharding", "step s", "AdamW state MiB/rank");
-  for (const auto& [mode, r] : modes) std::printf("  %-12s %10.2f %22.1f\n", mode.c_str(), r.step_s, r.state_bytes / 1048576.0);
+  std::printf("\n  %-12s %10s %22s %26s\n", "sharding", "step s", "AdamW state MiB/rank", "parameters at rest MiB/rank");
+  for (const auto& [mode, r] : modes)
+    std::printf("  %-12s %10.2f %22.1f %26.1f\n", mode.c_str(), r.step_s, r.state_bytes / 1048576.0, r.param_bytes / 1048576.0);
   std::printf("total benchmark time: %.1f s\n", seconds_since(t0));
   if (on.activation_mib > 0) {
     std::printf("activation_ckpt_memory_ratio: %.2f\n", off.activation_mib / on.activation_mib);
@@ -289,6 +313,8 @@ int main(int argc, char** argv) {
   const ShardResult& none = modes[0].second;
   std::printf("zero1_optimizer_memory_ratio: %.2f\n",
               modes[1].second.state_bytes > 0 ? static_cast<double>(none.state_bytes) / modes[1].second.state_bytes : 0.0);
+  std::printf("zero3_param_memory_ratio: %.2f\n",
+              modes[3].second.param_bytes > 0 ? static_cast<double>(none.param_bytes) / modes[3].second.param_bytes : 0.0);
   for (std::size_t i = 1; i < modes.size(); ++i)
     std::printf("sharding_%s_step_time_ratio: %.3f\n", modes[i].first.c_str(),
                 none.step_s > 0 ? modes[i].second.step_s / none.step_s : 0.0);

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <torch/utils.h>  // torch::NoGradGuard (ATen no longer spells it at:: in LibTorch 2.x)
+
 namespace grpo::core {
 
 
@@ -23,7 +25,7 @@ at::Tensor max_or(const at::Tensor& t, double empty) { return t.numel() == 0 ? a
 MismatchCorrection mismatch_correction(const at::Tensor& old_logp, const at::Tensor& rollout_logp,
                                        const at::Tensor& mask, const MismatchCorrectionOptions& o) {
   validate(o);
-  at::NoGradGuard no_grad;
+  torch::NoGradGuard no_grad;
   const at::Tensor m = mask.detach().to(old_logp.scalar_type());
   const at::Tensor zero = at::zeros_like(m);
   const at::Tensor raw_diff = old_logp.detach() - rollout_logp.detach();

@@ -2,10 +2,14 @@
 
 #include <spdlog/spdlog.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
-#if defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL)
+#include <torch/version.h>
+#ifdef GRPO_HAVE_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#if defined(GRPO_HAVE_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -26,11 +30,19 @@ namespace grpo::core::dist {
 
 namespace {
 
-#if !(defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL))
+#ifndef GRPO_HAVE_NCCL
 // dist_options reports it before anything loads; choose_backend guards options built by hand.
 constexpr const char* kNcclUnavailable =
     "nccl needs a build against a LibTorch with CUDA and NCCL, and this one has neither (Debian's libtorch-dev "
     "is CPU-only): use gloo or auto, or rebuild with -DGRPO_WITH_CUDA=AUTO and a CUDA LibTorch (docs/precision.md)";
+#endif
+#ifndef GRPO_HAVE_GLOO
+// PyTorch's pip wheels ship c10d's Gloo process group but not gloo's own headers, which
+// ProcessGroupGloo.hpp includes: such a build has NCCL only (GRPO_HAVE_GLOO, GrpoBuildHelpers.cmake).
+constexpr const char* kGlooUnavailable =
+    "gloo is not in this build: it was configured against a LibTorch without gloo's headers (PyTorch's pip "
+    "wheels ship none): use nccl or auto on GPUs, or rebuild with gloo's headers (-DGRPO_GLOO_INCLUDE_DIR, matching "
+    "the gloo this LibTorch was built with)";
 #endif
 
 using Clock = std::chrono::steady_clock;
@@ -95,9 +107,12 @@ DistOptions dist_options(const sdk::ConfigValue& root) {
   DistOptions o;
   o.launcher = view.get_choice("launcher", "auto", {"auto", "torchrun", "slurm", "mpi", "none"});
   o.backend = view.get_choice("backend", "auto", {"auto", "gloo", "nccl"});
-#if !(defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL))
+#ifndef GRPO_HAVE_NCCL
   // Before any model is loaded, and before a launch: this build cannot create the group.
   if (o.backend == "nccl") fail_at_config_key(root, {"dist", "backend"}, kNcclUnavailable);
+#endif
+#ifndef GRPO_HAVE_GLOO
+  if (o.backend == "gloo") fail_at_config_key(root, {"dist", "backend"}, kGlooUnavailable);
 #endif
   auto positive = [&](const char* key, double fallback) {
     const double v = view.get_double(key, fallback);
@@ -107,7 +122,7 @@ DistOptions dist_options(const sdk::ConfigValue& root) {
   o.timeout_s = positive("timeout_s", o.timeout_s);
   o.heartbeat_s = positive("heartbeat_s", o.heartbeat_s);
   o.bucket_mb = positive("bucket_mb", o.bucket_mb);
-  o.sharding = view.get_choice("sharding", o.sharding, {"none", "optimizer", "gradients"});
+  o.sharding = view.get_choice("sharding", o.sharding, {"none", "optimizer", "gradients", "full"});
   if (o.heartbeat_s * 3 >= o.timeout_s)
     fail_at_config_key(root, {"dist", "heartbeat_s"}, "must be well below dist.timeout_s / 3 = " + std::to_string(o.timeout_s / 3));
   return o;
@@ -280,6 +295,13 @@ struct Communicator::Impl {
   [[noreturn]] void fail(const std::string& what, std::int64_t seq, const std::exception& e) {
     throw state->diagnose(what, e.what(), seq);
   }
+  // An exception from issuing a collective (not from waiting for it): the backend's own checks.
+  [[noreturn]] void refused(const std::string& what, std::int64_t seq, const std::exception& e) {
+    if (seq > 0) state->leave(seq);
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    throw CollectiveRefused("c10d refused the collective '" + what + "' when it was issued: " +
+                            (c10_error ? c10_error->what_without_backtrace() : std::string(e.what())));
+  }
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what, std::int64_t seq) {
     const auto t0 = Clock::now();
     try {
@@ -298,7 +320,7 @@ struct Communicator::Impl {
     try {
       work = launch();
     } catch (const std::exception& e) {
-      fail(what, seq, e);
+      refused(what, seq, e);
     }
     wait(work, what, seq);
   }
@@ -343,7 +365,12 @@ int Communicator::rank() const { return impl_->group->getRank(); }
 int Communicator::world_size() const { return impl_->group->getSize(); }
 
 void Communicator::all_reduce_sum(std::vector<at::Tensor>& tensors, const std::string& what) {
-  impl_->run(what, [&] { return impl_->group->allreduce(tensors, c10d::AllreduceOptions{}); });
+  // One tensor per collective: c10d's NCCL backend refuses several tensors in one call (its
+  // deprecated one-thread multi-device mode; seen on LibTorch 2.11), Gloo takes either.
+  for (auto& t : tensors) {
+    std::vector<at::Tensor> one{t};
+    impl_->run(what, [&] { return impl_->group->allreduce(one, c10d::AllreduceOptions{}); });
+  }
 }
 
 // Starts the collective `launch` makes of the kept tensors; its Pending waits for it.
@@ -360,7 +387,7 @@ Communicator::Pending Communicator::start(at::Tensor& tensor, const std::string&
     p.impl_->work = launch(p.impl_->tensors);
   } catch (const std::exception& e) {
     p.impl_.reset();
-    impl_->fail(what, seq, e);
+    impl_->refused(what, seq, e);
   }
   return p;
 }
@@ -442,18 +469,47 @@ double Communicator::take_blocked_seconds() {
 // ---------------------------------------------------------------------------------------------
 namespace {
 
+// LibTorch 2.x made Gloo and NCCL c10d `Backend`s that a ProcessGroup dispatches to by the
+// tensors' device; in 1.x they were ProcessGroups themselves.
+template <typename B>
+c10::intrusive_ptr<c10d::ProcessGroup> as_group(c10::intrusive_ptr<B> backend, const c10::intrusive_ptr<c10d::Store>& store,
+                                                const WorldInfo& w, const char* name,
+                                                std::initializer_list<c10::DeviceType> devices) {
+#if TORCH_VERSION_MAJOR >= 2
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, w.rank, w.world_size);
+  const auto type = c10d::ProcessGroup::strToBackendType(name);
+  group->setDefaultBackend(type);
+  const c10::intrusive_ptr<c10d::Backend> as_backend = std::move(backend);
+  for (const auto device : devices) group->setBackend(device, type, as_backend);
+  return group;
+#else
+  (void)store;
+  (void)w;
+  (void)name;
+  (void)devices;
+  return backend;
+#endif
+}
+
 bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1"; }
 
 c10::intrusive_ptr<c10d::ProcessGroup> make_group(const std::string& backend, const c10::intrusive_ptr<c10d::Store>& store,
                                                   const WorldInfo& w, const DistOptions& options) {
-#if defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL)
+#if defined(GRPO_HAVE_NCCL)
   if (backend == "nccl") {
     auto o = c10d::ProcessGroupNCCL::Options::create();
     o->timeout = to_ms(options.timeout_s);
-    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, w.rank, w.world_size, o);
+    return as_group(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, w.rank, w.world_size, o), store, w,
+                    "nccl", {c10::DeviceType::CUDA});
   }
 #endif
   if (backend != "gloo") throw std::runtime_error("dist.backend '" + backend + "' is not available in this build");
+#ifndef GRPO_HAVE_GLOO
+  (void)store;
+  (void)w;
+  (void)options;
+  throw std::runtime_error(std::string("dist.backend: ") + kGlooUnavailable);
+#else
   auto o = c10d::ProcessGroupGloo::Options::create(to_ms(options.timeout_s));
   // The network interface: GLOO_SOCKET_IFNAME (as PyTorch), loopback when every rank is on
   // this machine, else the address this host's name resolves to.
@@ -463,20 +519,22 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_group(const std::string& backend, co
     o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   else
     o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, w.rank, w.world_size, o);
+  return as_group(c10::make_intrusive<c10d::ProcessGroupGloo>(store, w.rank, w.world_size, o), store, w,
+                  "gloo", {c10::DeviceType::CPU, c10::DeviceType::CUDA});
+#endif
 }
 
 std::string choose_backend(const std::string& requested, bool tensors_on_cuda) {
   if (requested == "gloo") return "gloo";
   if (requested == "nccl") {
-#if defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL)
+#if defined(GRPO_HAVE_NCCL)
     return "nccl";
 #else
     throw std::runtime_error(std::string("dist.backend: ") + kNcclUnavailable);
 #endif
   }
   if (requested != "auto") throw std::runtime_error("dist.backend '" + requested + "': expected auto, gloo or nccl");
-#if defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL)
+#if defined(GRPO_HAVE_NCCL)
   if (tensors_on_cuda) return "nccl";
 #endif
   (void)tensors_on_cuda;

@@ -36,7 +36,7 @@ struct DistOptions {
   double timeout_s = 1800.0;     // a collective that waits longer fails (a hung peer)
   double heartbeat_s = 1.0;      // heartbeat period (the lost-rank diagnosis waits ~3 of them)
   double bucket_mb = 25.0;       // gradient all-reduce bucket size
-  std::string sharding = "none";  // none | optimizer | gradients (core/dist/sharding.h)
+  std::string sharding = "none";  // none | optimizer | gradients | full (core/dist/sharding.h)
 };
 
 // dist.launcher, backend, timeout_s, heartbeat_s, bucket_mb, sharding, validated (sdk::ConfigError naming the key).
@@ -50,6 +50,13 @@ class PeerLostError : public std::runtime_error {
 
  private:
   int lost_rank_;
+};
+
+// A collective the backend refused when it was issued (a dtype or a device it does not take,
+// say): this rank's own error, so the peers are not diagnosed.
+class CollectiveRefused : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 class Distributed;

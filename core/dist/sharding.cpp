@@ -13,6 +13,7 @@ const char* sharding_name(Sharding sharding) {
   switch (sharding) {
     case Sharding::kOptimizer: return "optimizer";
     case Sharding::kGradients: return "gradients";
+    case Sharding::kFull: return "full";
     case Sharding::kNone: break;
   }
   return "none";
@@ -22,6 +23,7 @@ std::optional<Sharding> parse_sharding(std::string_view name) {
   if (name == "none") return Sharding::kNone;
   if (name == "optimizer") return Sharding::kOptimizer;
   if (name == "gradients") return Sharding::kGradients;
+  if (name == "full") return Sharding::kFull;
   return std::nullopt;
 }
 
@@ -32,9 +34,11 @@ ShardLayout::ShardLayout(const std::vector<at::Tensor>& params, std::vector<std:
   if (world < 1 || rank < 0 || rank >= world)
     throw std::invalid_argument("shard layout: rank " + std::to_string(rank) + " of " + std::to_string(world));
   std::vector<int> seen(params.size(), 0);
-  for (auto& members : units) {
+  for (std::size_t source = 0; source < units.size(); ++source) {
+    auto& members = units[source];
     if (members.empty()) continue;
     Unit u;
+    u.source = source;
     u.params = std::move(members);
     for (std::size_t k : u.params) {
       if (k >= params.size() || seen[k]++)
@@ -76,8 +80,135 @@ std::vector<std::vector<std::size_t>> decoder_units(const std::vector<std::strin
 }
 
 // ---------------------------------------------------------------------------------------------
+namespace {
+
+// A storage emptied to 0 bytes or given back its bytes, the same storage object either way
+// (views of it and the tensors autograd saved keep pointing at it).
+void free_storage(const at::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+
+void allocate_storage(const at::Tensor& t, std::size_t nbytes) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+
+std::size_t buffer_bytes(const at::Tensor& buffer) { return static_cast<std::size_t>(buffer.numel()) * buffer.element_size(); }
+
+}  // namespace
+
+ShardedParameters::ShardedParameters(std::vector<at::Tensor> params, const ShardLayout& layout,
+                                     const std::vector<std::int64_t>& layer_of_source, Communicator& comm)
+    : params_(std::move(params)), layout_(layout), comm_(comm) {
+  torch::NoGradGuard no_grad;
+  const auto opts = params_.front().options().requires_grad(false);
+  const int world = layout_.world();
+  for (std::size_t u = 0; u < layout_.units().size(); ++u) {
+    const ShardLayout::Unit& unit = layout_.units()[u];
+    at::Tensor buffer = torch::zeros({unit.chunk * world}, opts);
+    for (std::size_t i = 0; i < unit.params.size(); ++i) {
+      at::Tensor& p = params_[unit.params[i]];
+      at::Tensor view = buffer.narrow(0, unit.offsets[i], p.numel()).view(p.sizes());
+      view.copy_(p.detach());
+      p.set_data(view);  // the module's parameter, now a view of the unit's buffer
+    }
+    buffers_.push_back(buffer);
+    gathered_.push_back(true);
+    const std::int64_t layer = unit.source < layer_of_source.size() ? layer_of_source[unit.source] : -1;
+    if (layer < 0) {
+      if (has_rest_) throw std::invalid_argument("ShardedParameters: more than one unit outside the decoder layers");
+      rest_unit_ = u;
+      has_rest_ = true;
+      continue;
+    }
+    if (layer_units_.size() <= static_cast<std::size_t>(layer)) layer_units_.resize(static_cast<std::size_t>(layer) + 1, SIZE_MAX);
+    layer_units_[static_cast<std::size_t>(layer)] = u;
+  }
+  shard_ = torch::zeros({layout_.shard_numel()}, opts);
+  capture();
+}
+
+std::size_t ShardedParameters::unit_of_layer(std::int64_t layer) const {
+  if (layer >= 0 && static_cast<std::size_t>(layer) < layer_units_.size() && layer_units_[static_cast<std::size_t>(layer)] != SIZE_MAX)
+    return layer_units_[static_cast<std::size_t>(layer)];
+  return has_rest_ ? rest_unit_ : SIZE_MAX;  // LoRA: the adapters' one unit serves every layer
+}
+
+void ShardedParameters::acquire(std::int64_t layer) {
+  const std::size_t u = unit_of_layer(layer);
+  if (u != SIZE_MAX) gather(u);
+}
+
+void ShardedParameters::release(std::int64_t layer) {
+  if (layer < 0) return;  // the rest stays until its owner frees it (LayerParameterResidency)
+  const std::size_t u = unit_of_layer(layer);
+  if (u != SIZE_MAX && !(has_rest_ && u == rest_unit_)) free(u);
+}
+
+void ShardedParameters::gather(std::size_t u) {
+  if (gathered_[u]) return;
+  const ShardLayout::Unit& unit = layout_.units()[u];
+  at::Tensor& buffer = buffers_[u];
+  allocate_storage(buffer, buffer_bytes(buffer));
+  std::vector<at::Tensor> outputs;
+  for (int r = 0; r < layout_.world(); ++r) outputs.push_back(buffer.narrow(0, unit.chunk * r, unit.chunk));
+  at::Tensor mine = shard_.narrow(0, unit.shard_offset, unit.chunk);
+  try {
+    comm_.all_gather(outputs, mine, "parameters (unit " + std::to_string(u + 1) + " of " + std::to_string(layout_.units().size()) + ")");
+  } catch (...) {
+    free_storage(buffer);  // never left allocated with values that were not gathered
+    throw;
+  }
+  gathered_[u] = true;
+}
+
+void ShardedParameters::free(std::size_t u) {
+  if (!gathered_[u] || holds_ > 0) return;
+  free_storage(buffers_[u]);
+  gathered_[u] = false;
+}
+
+void ShardedParameters::gather_all() {
+  for (std::size_t u = 0; u < buffers_.size(); ++u) gather(u);
+}
+
+void ShardedParameters::free_all() {
+  for (std::size_t u = 0; u < buffers_.size(); ++u) free(u);
+}
+
+void ShardedParameters::capture() {
+  torch::NoGradGuard no_grad;
+  for (std::size_t u = 0; u < buffers_.size(); ++u) {
+    if (!gathered_[u]) throw std::logic_error("ShardedParameters::capture: unit " + std::to_string(u) + " is not gathered");
+    const ShardLayout::Unit& unit = layout_.units()[u];
+    shard_.narrow(0, unit.shard_offset, unit.chunk).copy_(buffers_[u].narrow(0, unit.chunk * layout_.rank(), unit.chunk));
+  }
+}
+
+std::int64_t ShardedParameters::resident_bytes() const {
+  std::int64_t bytes = shard_.numel() * static_cast<std::int64_t>(shard_.element_size());
+  for (const at::Tensor& b : buffers_) bytes += static_cast<std::int64_t>(b.storage().nbytes());
+  return bytes;
+}
+
+ShardedParameters::Hold::Hold(ShardedParameters* params) : params_(params) {
+  if (!params_) return;
+  params_->gather_all();
+  ++params_->holds_;
+}
+
+ShardedParameters::Hold::~Hold() {
+  if (!params_) return;
+  if (--params_->holds_ == 0) params_->free_all();
+}
+
+// ---------------------------------------------------------------------------------------------
 ShardedAdamW::ShardedAdamW(std::vector<at::Tensor> params, std::vector<std::vector<std::size_t>> units,
-                           const OptimizerSettings& settings, Communicator& comm, Sharding mode)
+                           const OptimizerSettings& settings, Communicator& comm, Sharding mode,
+                           const std::vector<std::int64_t>& layer_of_unit)
     : torch::optim::Optimizer(adamw_param_groups(params, settings),
                               std::make_unique<torch::optim::AdamWOptions>(adamw_options(settings, settings.weight_decay))),
       params_(std::move(params)),
@@ -93,13 +224,16 @@ ShardedAdamW::ShardedAdamW(std::vector<at::Tensor> params, std::vector<std::vect
   const auto opts = params_.front().options().requires_grad(false);
   exp_avg_ = torch::zeros({layout_.shard_numel()}, opts);
   exp_avg_sq_ = torch::zeros({layout_.shard_numel()}, opts);
-  if (mode == Sharding::kGradients) grad_shard_ = torch::zeros({layout_.shard_numel()}, opts);
+  if (mode == Sharding::kGradients || mode == Sharding::kFull) grad_shard_ = torch::zeros({layout_.shard_numel()}, opts);
+  if (mode == Sharding::kFull) sharded_params_ = std::make_shared<ShardedParameters>(params_, layout_, layer_of_unit, comm_);
 }
 
 at::Tensor ShardedAdamW::param_values(std::size_t k) const { return params_[k].detach().view(-1); }
 
 torch::Tensor ShardedAdamW::step(LossClosure closure) {
   if (closure) throw std::invalid_argument("ShardedAdamW::step takes no closure");
+  // A held model keeps its gathered copies, which the step would leave stale.
+  if (sharded_params_ && sharded_params_->held()) throw std::logic_error("ShardedAdamW::step under a ShardedParameters::Hold");
   torch::NoGradGuard no_grad;
   ++step_;
   for (const ShardLayout::Piece& piece : layout_.pieces()) {
@@ -113,7 +247,8 @@ torch::Tensor ShardedAdamW::step(LossClosure closure) {
     } else {
       grad = grad_shard_.narrow(0, piece.shard_offset, piece.length);
     }
-    at::Tensor p = param_values(piece.param).narrow(0, piece.param_offset, piece.length);
+    at::Tensor p = sharded_params_ ? sharded_params_->shard().narrow(0, piece.shard_offset, piece.length)
+                                   : param_values(piece.param).narrow(0, piece.param_offset, piece.length);
     at::Tensor exp_avg = exp_avg_.narrow(0, piece.shard_offset, piece.length);
     at::Tensor exp_avg_sq = exp_avg_sq_.narrow(0, piece.shard_offset, piece.length);
     // torch::optim::AdamW::step's operations, in its order.
@@ -126,7 +261,11 @@ torch::Tensor ShardedAdamW::step(LossClosure closure) {
     const at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options.eps());
     p.addcdiv_(exp_avg, denom, -options.lr() / bias_correction1);
   }
-  all_gather_parameters();
+  if (sharded_params_) {
+    sharded_params_->free_all();  // the gathered copies are stale now; passes gather the new values
+  } else {
+    all_gather_parameters();
+  }
   return {};
 }
 
@@ -214,6 +353,37 @@ void ShardedAdamW::load(torch::serialize::InputArchive& archive) {
   exp_avg_.copy_(m);
   exp_avg_sq_.copy_(v);
   step_ = step;
+}
+
+void check_sharding_collectives(Communicator& comm, Sharding mode, const at::Tensor& like) {
+  if (mode == Sharding::kNone) return;
+  torch::NoGradGuard no_grad;
+  const auto opts = like.options().requires_grad(false);
+  const int world = comm.world_size();
+  std::string step = "all-gather";
+  try {
+    at::Tensor mine = torch::full({1}, comm.rank() + 1, opts);
+    at::Tensor all = torch::zeros({world}, opts);
+    std::vector<at::Tensor> outputs;
+    for (int r = 0; r < world; ++r) outputs.push_back(all.narrow(0, r, 1));
+    comm.all_gather(outputs, mine, "dist.sharding check: all-gather");
+    if (mode != Sharding::kOptimizer) {
+      step = "reduce";
+      at::Tensor one = torch::ones({1}, opts);
+      comm.reduce_sum_async(one, 0, "dist.sharding check: reduce").wait();
+    }
+  } catch (const std::exception& e) {
+    // Refused when issued, or failed with every peer alive (the backend's own check in its
+    // worker, as Gloo's dtype check): this backend's limit. A lost peer stays what it is.
+    const auto* lost = dynamic_cast<const PeerLostError*>(&e);
+    if (lost && lost->lost_rank() >= 0) throw;
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));  // without c10's backtrace
+    throw std::runtime_error(std::string("dist.sharding ") + sharding_name(mode) + " composes c10d's " + step + " of " +
+                             std::string(c10::toString(like.scalar_type())) + " tensors on " + like.device().str() +
+                             ", and this backend cannot serve it (" + why +
+                             "): use another dist.backend or model.dtype, or dist.sharding none");
+  }
 }
 
 std::int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer) {

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "core/model/activation_checkpoint.h"
+#include "core/model/backward_callback.h"
 #include "core/model/lora.h"
 
 namespace grpo::core {
@@ -355,18 +356,30 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
                                   " needing " + std::to_string(past + T));
   }
   auto [cos, sin] = rotary_.cos_sin(layout.position_ids);
+  const std::shared_ptr<LayerParameterResidency> residency = residency_;  // the backward nodes keep it
+  if (residency) residency->acquire(-1);
   auto h = model->embed_tokens(input_ids);
   const bool checkpoint = gradient_checkpointing_ && !cache && torch::GradMode::is_enabled();
+  int64_t index = 0;
   for (const auto& layer : *model->layers) {
+    const int64_t i = index++;
+    if (residency) {
+      residency->acquire(i);
+      h = call_in_backward(h, [residency, i] { residency->release(i); });  // after the layer's backward
+    }
     if (!checkpoint) {
       h = layer->as<DecoderLayer>()->forward(h, cos, sin, layout, cache);
-      continue;
+    } else {
+      // Backward runs the layer again, after this function has returned: the lambda owns what it uses.
+      auto decoder_layer = std::dynamic_pointer_cast<DecoderLayerImpl>(layer);
+      h = checkpointed([decoder_layer, cos = cos, sin = sin, layout](const torch::Tensor& x) {
+        return decoder_layer->forward(x, cos, sin, layout, nullptr);
+      }, h, lora_dropout_generators(*decoder_layer));
     }
-    // Backward runs the layer again, after this function has returned: the lambda owns what it uses.
-    auto decoder_layer = std::dynamic_pointer_cast<DecoderLayerImpl>(layer);
-    h = checkpointed([decoder_layer, cos = cos, sin = sin, layout](const torch::Tensor& x) {
-      return decoder_layer->forward(x, cos, sin, layout, nullptr);
-    }, h, lora_dropout_generators(*decoder_layer));
+    if (residency) {
+      h = call_in_backward(h, [residency, i] { residency->acquire(i); });  // before the layer's backward
+      residency->release(i);
+    }
   }
   if (cache) {
     auto new_mask = layout.key_padding_mask.narrow(1, cache->length_, T);

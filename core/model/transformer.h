@@ -187,6 +187,20 @@ class DecoderImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Decoder);
 
+// Parameters that are materialized only while a layer uses them (dist.sharding: full,
+// core/dist/sharding.h). hidden_states() calls acquire(i) before decoder layer i's forward and
+// release(i) after it; in a pass with autograd, backward acquires layer i again before the
+// layer's own backward and releases it after (core/model/backward_callback.h). Layer -1 (the
+// embeddings, the final norm, the LM head) is acquired at the start of every pass and released
+// by the owner, not by the model: the head and the embeddings are used at both ends of a pass.
+// Calls come in the same order on every data-parallel rank that runs the same passes.
+class LayerParameterResidency {
+ public:
+  virtual ~LayerParameterResidency() = default;
+  virtual void acquire(int64_t layer) = 0;
+  virtual void release(int64_t layer) = 0;
+};
+
 class CausalLMImpl : public torch::nn::Module {
  public:
   explicit CausalLMImpl(ModelConfig config);
@@ -230,6 +244,9 @@ class CausalLMImpl : public torch::nn::Module {
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
 
+  // Where the parameters live between uses (above); null (the default): always in place.
+  void set_parameter_residency(std::shared_ptr<LayerParameterResidency> residency) { residency_ = std::move(residency); }
+
   Decoder model{nullptr};
   Projection lm_head{nullptr};  // null when tie_word_embeddings
 
@@ -240,6 +257,7 @@ class CausalLMImpl : public torch::nn::Module {
   ModelConfig config_;
   RotaryEmbedding rotary_;
   bool gradient_checkpointing_ = false;
+  std::shared_ptr<LayerParameterResidency> residency_;
 };
 TORCH_MODULE(CausalLM);
 

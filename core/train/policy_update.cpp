@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "core/dist/gradient_reducer.h"
+#include "core/dist/sharding.h"
 #include "core/dist/process_group.h"
 #include "core/model/logprobs.h"
 #include "core/train/metric_sums.h"
@@ -276,11 +277,16 @@ struct StepLogprobs {
   bool any_rollout = false;          // some sample carries the backend's log-probs
 };
 
+// Whether the old log-probs are a no-grad pass of the policy before the update.
+bool recomputes_old_logprobs(const UpdateOptions& o, std::size_t n_mini) {
+  return o.old_logprobs == OldLogprobSource::kRecompute ||
+         (o.old_logprobs == OldLogprobSource::kAuto && (n_mini > 1 || o.num_epochs > 1 || o.stale));
+}
+
 StepLogprobs old_and_reference_logprobs(CausalLM& policy, const UpdateComponents& components, const UpdateOptions& o,
                                         std::size_t n_mini, std::size_t n_samples, const std::vector<const SampleRef*>& trained) {
   StepLogprobs lp;
-  const bool recompute = o.old_logprobs == OldLogprobSource::kRecompute ||
-                         (o.old_logprobs == OldLogprobSource::kAuto && (n_mini > 1 || o.num_epochs > 1 || o.stale));
+  const bool recompute = recomputes_old_logprobs(o, n_mini);
   lp.old_from_first_pass = o.old_logprobs == OldLogprobSource::kAuto && !recompute;
   lp.old_store.resize(n_samples);
   lp.ref_store.resize(n_samples);
@@ -362,7 +368,8 @@ void add_micro_batch_metrics(const PassContext& c, const torch::Tensor& mask, co
 
 // Micro-batch i of `mb`: one packed forward, the per-token loss, backward (gradients
 // accumulate), metrics. Returns the value of its share of the mini-batch loss.
-double micro_batch_pass(const PassContext& c, const MiniBatch& mb, std::size_t i, bool entropy_pass, StepTotals& t) {
+// `last`: the step's last backward (its gradients are final: the reduction can start during it).
+double micro_batch_pass(const PassContext& c, const MiniBatch& mb, std::size_t i, bool entropy_pass, StepTotals& t, bool last) {
   const UpdateOptions& o = c.o;
   const auto& micro = mb.micro[i];
   const std::int64_t width = mb.widths[i];
@@ -415,13 +422,29 @@ double micro_batch_pass(const PassContext& c, const MiniBatch& mb, std::size_t i
   if (c.with_reference) kl = c.components.kl_estimator->compute(logp, ref);
   const torch::Tensor per_token = add_kl_to_loss(policy_token_loss, kl, c.beta);
   const torch::Tensor loss = aggregate_loss(per_token, mask, o.aggregation, mb.scale);
-  // The last backward of the step: its gradients are final, the all-reduce can start during it.
-  if (c.dp && i + 1 == mb.micro.size()) c.dp->reducer->arm();
+  if (c.dp && last) c.dp->reducer->arm();
   if (loss.requires_grad()) loss.backward();
   const double loss_value = value_of(loss);
 
   add_micro_batch_metrics(c, mask, logp, old, ref, kl, policy_token_loss, fwd, pg, entropy_pass, t);
   return loss_value;
+}
+
+// dist.sharding full: the most micro-batches any rank has in this mini-batch (every rank runs
+// that many passes; each pass gathers the layers, which are collectives).
+std::size_t padded_pass_count(dist::Communicator& comm, std::size_t mine) {
+  return static_cast<std::size_t>(comm.all_reduce_max(static_cast<double>(mine), "micro-batches per rank"));
+}
+
+// A forward and backward of one token with a zero loss: the gathers of a pass, no gradient.
+// `last` as for micro_batch_pass.
+void padding_pass(const PassContext& c, bool last) {
+  const torch::Tensor ids = torch::zeros({1, 1}, torch::TensorOptions().dtype(torch::kLong).device(c.device));
+  AttentionLayout layout = AttentionLayout::packed({1});
+  layout.position_ids = layout.position_ids.to(c.device);
+  const torch::Tensor loss = c.policy->forward(ids, layout).sum() * 0.0;
+  if (c.dp && last) c.dp->reducer->arm();
+  loss.backward();
 }
 
 // The optimizer step of a mini-batch whose micro-batches all ran: global norm, clipping, or
@@ -502,8 +525,19 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
   std::vector<MiniBatch> minis = plan_mini_batches(all, first_group, global_groups, o, &trained);
   if (dp && !minis.empty()) sum_denominators_over_ranks(*dp->comm, minis, device);
 
-  // ---- Old, rollout and reference log-probs.
-  const StepLogprobs lp = old_and_reference_logprobs(policy, components, o, minis.size(), all.size(), trained);
+  // ---- Old, rollout and reference log-probs (dist.sharding full: with the policy held whole, the
+  // ranks' counts of these passes differ).
+  dist::ShardedParameters* sharded = dp ? dp->sharded_parameters : nullptr;
+  StepLogprobs lp;
+  {
+    // Only when a no-grad pass of the policy runs (the old log-probs, or the reference = the
+    // policy without its LoRA adapters), decided alike on every rank (o.stale is this rank's).
+    bool policy_passes = sharded && (recomputes_old_logprobs(o, minis.size()) ||
+                                     (with_reference && components.reference_adapters_off != nullptr));
+    if (sharded) policy_passes = dp->comm->all_reduce_max(policy_passes ? 1.0 : 0.0, "no-grad policy passes") > 0.0;
+    const dist::ShardedParameters::Hold whole(policy_passes ? sharded : nullptr);
+    lp = old_and_reference_logprobs(policy, components, o, minis.size(), all.size(), trained);
+  }
 
   // ---- The passes.
   const PassContext c{policy, components, o, lp, dp, device, with_reference, loss_kl_coef(o.kl)};
@@ -521,13 +555,20 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
       {
         // bf16-mixed: the micro-batches' forward and backward in bf16 (core/model/precision.h).
         const ComputePrecisionScope precision(o.precision, device);
-        for (std::size_t i = 0; i < mb.micro.size(); ++i) loss_sum += micro_batch_pass(c, mb, i, entropy_pass, totals);
+        const std::size_t passes = sharded ? padded_pass_count(*dp->comm, mb.micro.size()) : mb.micro.size();
+        for (std::size_t i = 0; i < passes; ++i) {
+          if (i < mb.micro.size())
+            loss_sum += micro_batch_pass(c, mb, i, entropy_pass, totals, i + 1 == passes);
+          else
+            padding_pass(c, i + 1 == passes);
+        }
       }
       optimizer_step(c, optimizer, after_optimizer_step, loss_sum, totals, result);
     }
   }
   optimizer.zero_grad();
   policy->zero_grad(/*set_to_none=*/true);  // frees the gradient memory between steps
+  if (sharded) sharded->free_all();          // what the passes left gathered (the embeddings and head)
 
   write_metrics(totals, minis, o, dp != nullptr, result);
   return result;

@@ -34,6 +34,7 @@ namespace grpo::core {
 namespace dist {
 class Communicator;
 class GradientReducer;
+class ShardedParameters;
 }  // namespace dist
 
 // train.old_logprobs: where the ratio's denominator comes from.
@@ -69,6 +70,10 @@ struct UpdateOptions {
 struct DataParallelUpdate {
   dist::Communicator* comm = nullptr;
   dist::GradientReducer* reducer = nullptr;
+  // dist.sharding full: the policy's sharded values. Every rank then runs as many forward and
+  // backward passes per mini-batch as the rank with the most (zero-loss padding passes), since
+  // each pass gathers the layers (collectives), and no-grad passes run with the model held whole.
+  dist::ShardedParameters* sharded_parameters = nullptr;
   std::size_t first_group = 0, global_groups = 0;
 };
 

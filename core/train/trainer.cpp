@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/algo/kl_penalty.h"
+#include "core/config/config_access.h"
 #include "core/dist/gradient_reducer.h"
 #include "core/dist/metric_reduction.h"
 #include "core/dist/process_group.h"
@@ -65,6 +66,11 @@ class Trainer {
           dist::Distributed* distributed)
       : job_(job), s_(job.trainer), config_(config), components_(components), policy_(policy), policy_spec_(policy_spec),
         dist_(distributed), parts_(parts), prompts_(std::move(prompts)) {}
+  // dist.sharding full: the policy outlives the trainer, its sharded values do not (nor does the
+  // process group its gathers use): it no longer gathers (its weights stay at rest).
+  ~Trainer() {
+    if (model_ && sharded_params_) model_->set_parameter_residency(nullptr);
+  }
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
@@ -99,6 +105,7 @@ class Trainer {
   // engine keeps the rest of the base model it loaded (docs/lora.md, "Rollouts").
   NamedTensors snapshot() {
     const auto dtype = s_.bf16_weight_snapshots ? std::optional<torch::Dtype>(torch::kBFloat16) : std::nullopt;
+    const dist::ShardedParameters::Hold whole(sharded_params_);  // dist.sharding full: gathered for the copy
     return lora_ ? lora_->merged_weights(dtype) : weight_snapshot(model_, dtype);
   }
   double lr() const {
@@ -120,6 +127,7 @@ class Trainer {
   LoraAdapters* reference_adapters_off_ = nullptr;  // LoRA with a KL term: reference_ is model_ with these off
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   dist::ShardedAdamW* sharded_ = nullptr;  // optimizer_, when dist.sharding shards it
+  dist::ShardedParameters* sharded_params_ = nullptr;  // dist.sharding full: the policy's trainable values
   std::int64_t total_optimizer_steps_ = 0;
   TrainerState state_;
   CheckpointContents contents_;
@@ -224,14 +232,32 @@ std::unique_ptr<torch::optim::Optimizer> Trainer::make_optimizer() {
   std::vector<std::string> names;
   const std::vector<at::Tensor> params = trainable_parameters(&names);
   std::vector<std::vector<std::size_t>> units;
+  std::vector<std::int64_t> layer_of_unit;  // -1: not one decoder layer's
   if (lora_) {
     units.emplace_back();
     for (std::size_t k = 0; k < params.size(); ++k) units.back().push_back(k);
+    layer_of_unit.push_back(-1);
   } else {
     units = dist::decoder_units(names);
+    for (std::size_t k = 0; k < units.size(); ++k) layer_of_unit.push_back(static_cast<std::int64_t>(k) - 1);
   }
-  auto optimizer = std::make_unique<dist::ShardedAdamW>(params, units, s_.optimizer, dist_->train(), sharding);
+  try {
+    dist::check_sharding_collectives(dist_->train(), sharding, params.front());
+  } catch (const dist::PeerLostError&) {
+    throw;
+  } catch (const std::exception& e) {  // the backend cannot serve the mode
+    fail_at_config_key(config_, {"dist", "sharding"}, e.what());
+  }
+  auto optimizer = std::make_unique<dist::ShardedAdamW>(params, units, s_.optimizer, dist_->train(), sharding, layer_of_unit);
   sharded_ = optimizer.get();
+  if (sharding == dist::Sharding::kFull) {
+    sharded_params_ = optimizer->parameters().get();
+    model_->set_parameter_residency(optimizer->parameters());
+    spdlog::info("dist.sharding full: parameters sharded at rest ({:.1f} MiB on this rank), each decoder layer all-gathered "
+                 "for its forward and again for its backward{}",
+                 static_cast<double>(sharded_params_->shard().numel() * sharded_params_->shard().element_size()) / 1048576.0,
+                 lora_ ? " (LoRA: the adapters are one unit; the frozen base weights stay replicated)" : "");
+  }
   spdlog::info("dist.sharding {}: this rank keeps the AdamW state of {} of {} trainable values ({:.1f} MiB){}",
                dist::sharding_name(sharding), optimizer->layout().shard_numel(),
                [&] {
@@ -240,7 +266,7 @@ std::unique_ptr<torch::optim::Optimizer> Trainer::make_optimizer() {
                  return n;
                }(),
                optimizer->state_bytes() / 1048576.0,
-               sharding == dist::Sharding::kGradients ? ", and receives only its shard of the summed gradients" : "");
+               sharding != dist::Sharding::kOptimizer ? ", and receives only its shard of the summed gradients" : "");
   return optimizer;
 }
 
@@ -272,18 +298,23 @@ void Trainer::resume_or_start() {
       dist_->train().broadcast(adapters, 0, "initial LoRA adapters from rank 0");
     }
   }
+  if (sharded_params_) {  // dist.sharding full: from here on a rank keeps its chunks of the (loaded) values only
+    sharded_params_->capture();
+    sharded_params_->free_all();
+  }
 }
 
 // Gradients all-reduced in buckets while backward runs (core/dist/gradient_reducer.h).
 void Trainer::set_up_data_parallel() {
   const std::vector<at::Tensor> trainable = trainable_parameters();
-  if (sharded_ && sharded_->mode() == dist::Sharding::kGradients)  // reduce-scatter to the owners
+  if (sharded_ && sharded_->mode() != dist::Sharding::kOptimizer)  // reduce-scatter to the owners
     reducer_ = std::make_unique<dist::GradientReducer>(trainable, dist_->train(), sharded_->layout(), sharded_->grad_shard());
   else
     reducer_ = std::make_unique<dist::GradientReducer>(trainable, dist_->train(),
                                                        static_cast<std::int64_t>(dist_->options().bucket_mb * 1024 * 1024));
   data_parallel_.comm = &dist_->train();
   data_parallel_.reducer = reducer_.get();
+  data_parallel_.sharded_parameters = sharded_params_;
   update_components_.data_parallel = &data_parallel_;
   spdlog::info("data parallel: rank {} of {}, {} of {} prompts per step, gradients in {} bucket(s) of <= {} MB",
                dist_->rank(), dist_->world_size(), ctx_->prompt_share(), s_.num_prompts, reducer_->num_buckets(),
@@ -337,8 +368,13 @@ void Trainer::train_step(RolloutWorker& worker) {
   std::vector<Group>& groups = batch.groups;
   const bool kl_in_reward = needs_reference_model(s_.update.kl) && s_.update.kl.kl_in_reward;
   std::vector<std::vector<float>> token_kl;
-  if (kl_in_reward && !groups.empty())  // kl(old, ref) per token: the penalty the token rewards carry
-    token_kl = reward_token_kl(model_, reference_, *parts_.kl_estimator, groups, s_.update, reference_adapters_off_);
+  {
+    // dist.sharding full: gathered on every rank (a collective), also one without groups: the
+    // ranks' counts of passes differ.
+    const dist::ShardedParameters::Hold whole(kl_in_reward ? sharded_params_ : nullptr);
+    if (kl_in_reward && !groups.empty())  // kl(old, ref) per token: the penalty the token rewards carry
+      token_kl = reward_token_kl(model_, reference_, *parts_.kl_estimator, groups, s_.update, reference_adapters_off_);
+  }
   const StepAdvantages advantages =
       step_advantages(*parts_.advantage, groups, kl_in_reward ? &token_kl : nullptr, reward_kl_coef(s_.update.kl),
                       dist_ ? &dist_->train() : nullptr, step, model_->lm_head_weight().device());
@@ -385,6 +421,8 @@ void Trainer::add_step_metrics(const std::vector<Group>& groups, const StepTimes
   m.emplace_back("time/step", seconds_since(times.step_t0));
   m.emplace_back("train/consecutive_nonfinite", static_cast<double>(state_.consecutive_nonfinite));
   m.emplace_back("memory/optimizer_state_mib", static_cast<double>(dist::optimizer_state_bytes(*optimizer_)) / 1048576.0);
+  if (sharded_params_)  // at rest: this rank's chunks of the trainable values
+    m.emplace_back("memory/parameters_at_rest_mib", static_cast<double>(sharded_params_->resident_bytes()) / 1048576.0);
   double train_tokens = 0;
   for (const auto& g : groups)
     for (const auto& smp : g.samples) train_tokens += static_cast<double>(g.prompt_ids.size() + smp.response_ids.size());
@@ -429,7 +467,10 @@ void Trainer::record_update(const UpdateResult& result, std::int64_t step, const
     state_.consecutive_nonfinite += result.skipped_nonfinite;
   else if (result.optimizer_steps > 0)
     state_.consecutive_nonfinite = 0;
-  if (s_.ref_update_freq > 0 && reference_ && step % s_.ref_update_freq == 0) polyak_update(reference_, model_, s_.ref_update_alpha);
+  if (s_.ref_update_freq > 0 && reference_ && step % s_.ref_update_freq == 0) {
+    const dist::ShardedParameters::Hold whole(sharded_params_);
+    polyak_update(reference_, model_, s_.ref_update_alpha);
+  }
 }
 
 // metrics.jsonl / TensorBoard (rank 0), the progress line and the step's log line.
@@ -465,6 +506,7 @@ MetricList Trainer::evaluate(std::int64_t step) {
 void Trainer::save(const char* why) {
   const auto t0 = Clock::now();
   if (sharded_) {
+    const dist::ShardedParameters::Hold whole(sharded_params_);  // full: rank 0 writes the gathered model
     // Rank 0 prepares the folder, every rank writes its optimizer shard, rank 0 completes it;
     // no rank goes on before the checkpoint is complete (a failure is announced to the others).
     if (main_rank_) prepare_optimizer_shards(s_.run_dir, state_.step);

@@ -7,6 +7,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -357,14 +358,25 @@ namespace {
 struct ShardCase {
   const char* mode;
   int ranks;
+  bool checkpointing = false;  // train.gradient_checkpointing in both runs
 };
 
 std::string shard_case_name(const ::testing::TestParamInfo<ShardCase>& info) {
-  return std::string(info.param.mode) + "_" + std::to_string(info.param.ranks) + "ranks";
+  return std::string(info.param.mode) + "_" + std::to_string(info.param.ranks) + "ranks" +
+         (info.param.checkpointing ? "_checkpointing" : "");
 }
 
 std::string sharded(const ShardCase& c) {
-  return " --set dist.sharding=" + std::string(c.mode) + " --nproc " + std::to_string(c.ranks);
+  return " --set dist.sharding=" + std::string(c.mode) + " --nproc " + std::to_string(c.ranks) +
+         (c.checkpointing ? " --set train.gradient_checkpointing=true" : "");
+}
+
+// Bytes of a saved model's tensors (float32 here: the trainable values of a full fine-tune).
+double model_mib(const std::string& dir) {
+  double bytes = 0.0;
+  for (const auto& [name, t] : grpo::core::load_safetensors(dir + "/model.safetensors"))
+    bytes += static_cast<double>(t.numel() * t.element_size());
+  return bytes / 1048576.0;
 }
 
 class ShardedDataParallel : public ::testing::TestWithParam<ShardCase> {};
@@ -378,8 +390,7 @@ TEST_P(ShardedDataParallel, TrainsTheWeightsAndMetricsOfNone) {
   const std::string config = write_config(dir);
   // Weight decay on (matrices decay, vectors do not: both parameter groups).
   const std::string common = grpo_run() + " --config " + config + " --set train.steps=5 --set train.weight_decay=0.1";
-  auto one = run_command(common + " --set run.output_dir=" + dir + "/one --set dist.sharding=none --nproc " +
-                         std::to_string(c.ranks) + " 2>&1");
+  auto one = run_command(common + " --set run.output_dir=" + dir + "/one" + sharded({"none", c.ranks, c.checkpointing}) + " 2>&1");
   ASSERT_EQ(one.exit_code, 0) << one.output;
   auto many = run_command(common + " --set run.output_dir=" + dir + "/many" + sharded(c) + " 2>&1");
   ASSERT_EQ(many.exit_code, 0) << many.output;
@@ -404,13 +415,25 @@ TEST_P(ShardedDataParallel, TrainsTheWeightsAndMetricsOfNone) {
     // 1/N of the state, plus at most one padding value per unit and rank.
     EXPECT_LT(shard, whole / c.ranks * 1.01) << "line " << i;
     EXPECT_GT(shard, whole / c.ranks * 0.99) << "line " << i;
+    // full: between steps a rank holds 1/N of the parameter values (the metrics average the ranks).
+    if (std::string(c.mode) == "full") {
+      const double at_rest = b[i]["memory/parameters_at_rest_mib"].get<double>();
+      const double model = model_mib(dir + "/many" + final_step);
+      EXPECT_LT(at_rest, model / c.ranks * 1.01) << "line " << i;
+      EXPECT_GT(at_rest, model / c.ranks * 0.99) << "line " << i;
+    } else {
+      EXPECT_FALSE(b[i].contains("memory/parameters_at_rest_mib")) << "line " << i;
+    }
   }
+  if (std::string(c.mode) == "full")
+    EXPECT_NE(many.output.find("dist.sharding full: parameters sharded at rest"), std::string::npos) << many.output;
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ShardedDataParallel,
                          // 3 ranks: units that do not divide evenly (padded last chunks)
                          ::testing::Values(ShardCase{"optimizer", 2}, ShardCase{"gradients", 2}, ShardCase{"gradients", 3},
-                                           ShardCase{"optimizer", 4}, ShardCase{"gradients", 4}),
+                                           ShardCase{"optimizer", 4}, ShardCase{"gradients", 4}, ShardCase{"full", 2},
+                                           ShardCase{"full", 3}, ShardCase{"full", 4}, ShardCase{"full", 2, true}),
                          shard_case_name);
 
 class ShardedResume : public ::testing::TestWithParam<ShardCase> {};
@@ -436,7 +459,8 @@ TEST_P(ShardedResume, IsExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ShardedResume,
-                         ::testing::Values(ShardCase{"none", 2}, ShardCase{"optimizer", 2}, ShardCase{"gradients", 2}),
+                         ::testing::Values(ShardCase{"none", 2}, ShardCase{"optimizer", 2}, ShardCase{"gradients", 2},
+                                           ShardCase{"full", 2}),
                          shard_case_name);
 
 class ShardedFailure : public ::testing::TestWithParam<const char*> {};
@@ -453,7 +477,7 @@ TEST_P(ShardedFailure, AKilledRankIsNamed) {
   EXPECT_LT(seconds_of(out), timeout_s) << out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ShardedFailure, ::testing::Values("optimizer", "gradients"));
+INSTANTIATE_TEST_SUITE_P(Modes, ShardedFailure, ::testing::Values("optimizer", "gradients", "full"));
 
 // Bad input: sharding one process warns and trains unsharded; a checkpoint whose optimizer
 // layout is not this run's (another world size, sharded vs whole) is refused naming
@@ -466,6 +490,9 @@ TEST(ShardedDataParallel, OneProcessWarnsAndMismatchedShardsAreRefused) {
   ASSERT_EQ(single.exit_code, 0) << single.output;
   EXPECT_NE(single.output.find("dist.sharding optimizer: one process, nothing to shard"), std::string::npos) << single.output;
   EXPECT_TRUE(fs::exists(dir + "/single/checkpoints/step_000002/optimizer.pt"));
+  auto single_full = run_command(common + " --set run.output_dir=" + dir + "/single_full --set dist.sharding=full 2>&1");
+  ASSERT_EQ(single_full.exit_code, 0) << single_full.output;
+  EXPECT_NE(single_full.output.find("dist.sharding full: one process, nothing to shard"), std::string::npos) << single_full.output;
 
   auto two = run_command(common + " --set dist.sharding=gradients --nproc 2 2>&1");
   ASSERT_EQ(two.exit_code, 0) << two.output;
@@ -485,6 +512,25 @@ TEST(ShardedDataParallel, OneProcessWarnsAndMismatchedShardsAreRefused) {
   EXPECT_NE(single_resumed_sharded.exit_code, 0) << single_resumed_sharded.output;
   EXPECT_NE(single_resumed_sharded.output.find("holds one whole optimizer state (dist.sharding: none)"), std::string::npos)
       << single_resumed_sharded.output;
+}
+
+// Bad input: a mode whose collectives the backend cannot serve for the parameters' dtype is a
+// configuration error at dist.sharding before the first step, on every rank. Debian's LibTorch
+// 1.13 Gloo has no bfloat16 (PyTorch added it to Gloo in 2.x, where this case does not arise).
+TEST(ShardedDataParallel, ACollectiveTheBackendCannotServeIsAConfigurationError) {
+#if TORCH_VERSION_MAJOR >= 2
+  GTEST_SKIP() << "this LibTorch's Gloo has bfloat16";
+#endif
+  const std::string dir = fresh_test_dir("dist");
+  const std::string config = write_config(dir);
+  auto out = run_command(grpo_run() + " --config " + config + " --set train.steps=1 --set eval.every=0 --set run.output_dir=" +
+                         dir + "/run --set model.dtype=bfloat16 --set dist.sharding=full --nproc 2 2>&1");
+  EXPECT_NE(out.exit_code, 0) << out.output;
+  // Where it was set (here --set), the key, the collective, the dtype, the device.
+  EXPECT_NE(out.output.find("--set #5: dist.sharding: dist.sharding full composes c10d's all-gather of BFloat16 tensors on cpu, and this backend "
+                            "cannot serve it"), std::string::npos) << out.output;
+  EXPECT_EQ(out.output.find("lost rank"), std::string::npos) << out.output;
+  EXPECT_FALSE(fs::exists(dir + "/run/checkpoints"));
 }
 
 }  // namespace

@@ -11,44 +11,16 @@
 #include "core/dist/gradient_reducer.h"
 #include "core/dist/local_launcher.h"
 #include "core/dist/process_group.h"
+#include "tests/support/gloo_ranks.h"
 
 namespace {
 
 using grpo::core::dist::Communicator;
-using grpo::core::dist::DistOptions;
 using grpo::core::dist::Distributed;
 using grpo::core::dist::GradientReducer;
 using grpo::core::dist::PeerLostError;
-using grpo::core::dist::WorldInfo;
 
-// Runs body(rank, distributed) on two ranks, one thread each; rethrows a rank's failure.
-void run_two_ranks(const std::function<void(int, Distributed&)>& body, double heartbeat_s = 0.2) {
-  const int port = grpo::core::dist::pick_free_port();
-  DistOptions options;
-  options.timeout_s = 30;
-  options.heartbeat_s = heartbeat_s;
-  std::exception_ptr errors[2];
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank)
-    threads.emplace_back([&, rank] {
-      try {
-        WorldInfo w;
-        w.rank = rank;
-        w.world_size = 2;
-        w.local_rank = rank;
-        w.local_world_size = 2;
-        w.master_port = port;
-        w.launcher = "test";
-        Distributed d(w, options, false);
-        body(rank, d);
-      } catch (...) {
-        errors[rank] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+using grpo::testing::run_two_ranks;
 
 // A two-layer network as plain leaf tensors: loss = sum((tanh(x W1 + b1) W2)^2).
 struct Net {

@@ -35,8 +35,8 @@ WorldInfo one_rank() {
 
 TEST(Nccl, AllReduceSumOfOneRankIsTheTensorItself) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-#if !(defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL))
-  GTEST_SKIP() << "this build has no NCCL (needs GRPO_HAVE_CUDA and USE_C10D_NCCL)";
+#ifndef GRPO_HAVE_NCCL
+  GTEST_SKIP() << "this build has no NCCL (GRPO_HAVE_NCCL: a CUDA LibTorch with NCCL and nccl.h)";
 #else
   Distributed d(one_rank(), nccl_options(), /*tensors_on_cuda=*/true);
   EXPECT_EQ(d.backend(), "nccl");
@@ -63,8 +63,8 @@ TEST(Nccl, AllReduceSumOfOneRankIsTheTensorItself) {
 // them to the rank's GPU (or runs them on a Gloo group) when the backend is NCCL.
 TEST(Nccl, ScalarAndByteCollectivesWorkOnNcclGroups) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-#if !(defined(GRPO_HAVE_CUDA) && defined(USE_C10D_NCCL))
-  GTEST_SKIP() << "this build has no NCCL (needs GRPO_HAVE_CUDA and USE_C10D_NCCL)";
+#ifndef GRPO_HAVE_NCCL
+  GTEST_SKIP() << "this build has no NCCL (GRPO_HAVE_NCCL: a CUDA LibTorch with NCCL and nccl.h)";
 #else
   Distributed d(one_rank(), nccl_options(), /*tensors_on_cuda=*/true);
   EXPECT_DOUBLE_EQ(d.train().all_reduce_sum(2.5, "test sum"), 2.5);

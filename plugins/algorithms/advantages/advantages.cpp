@@ -16,6 +16,7 @@
 // microseconds) and the [B, T] results go back to the response mask's device and dtype.
 // Nothing here is differentiable: inputs are detached and the outputs never require grad.
 #include <ATen/ATen.h>
+#include <torch/utils.h>  // torch::NoGradGuard (ATen no longer spells it at:: in LibTorch 2.x)
 #include <grpo/sdk/torch.h>
 
 #include <algorithm>
@@ -217,7 +218,7 @@ class Grpo : public AdvantageEstimator {
         scale_(cfg.get_choice("scale", "group", {"group", "batch", "none"})) {}
 
   AdvantageOutput compute(const AdvantageInput& in) const override {
-    at::NoGradGuard no_grad;
+    torch::NoGradGuard no_grad;
     const auto [mask, B, r, groups] = prepare("grpo", in);
 
     double batch_std = 1.0;  // a batch of one sample: std 1, as verl's group of 1
@@ -251,7 +252,7 @@ class DrGrpo : public AdvantageEstimator {
   explicit DrGrpo(const ConfigView&) {}
 
   AdvantageOutput compute(const AdvantageInput& in) const override {
-    at::NoGradGuard no_grad;
+    torch::NoGradGuard no_grad;
     const auto [mask, B, r, groups] = prepare("dr_grpo", in);
     std::vector<double> adv(B, 0.0);
     for (const auto& members : groups.members) {
@@ -271,7 +272,7 @@ class Rloo : public AdvantageEstimator {
   explicit Rloo(const ConfigView&) {}
 
   AdvantageOutput compute(const AdvantageInput& in) const override {
-    at::NoGradGuard no_grad;
+    torch::NoGradGuard no_grad;
     const auto [mask, B, r, groups] = prepare("rloo", in);
     std::vector<double> adv(B, 0.0);
     for (const auto& members : groups.members) {
@@ -293,7 +294,7 @@ class ReinforcePpBaseline : public AdvantageEstimator {
   explicit ReinforcePpBaseline(const ConfigView& cfg) : eps_(read_epsilon(cfg, 1e-8)) {}
 
   AdvantageOutput compute(const AdvantageInput& in) const override {
-    at::NoGradGuard no_grad;
+    torch::NoGradGuard no_grad;
     const auto [mask, B, r, groups] = prepare("reinforce_pp_baseline", in);
     std::vector<double> centred(B, 0.0);
     for (const auto& members : groups.members) {
@@ -325,7 +326,7 @@ class ReinforcePp : public AdvantageEstimator {
         eps_(read_epsilon(cfg, 1e-8)) {}
 
   AdvantageOutput compute(const AdvantageInput& in) const override {
-    at::NoGradGuard no_grad;
+    torch::NoGradGuard no_grad;
     const at::Tensor mask = checked_mask("reinforce_pp", in);
     const int64_t B = mask.size(0), T = mask.size(1);
     const at::Tensor mc = mask.to(at::kCPU, at::kDouble).contiguous();
@@ -388,7 +389,7 @@ class GrpoPassk : public AdvantageEstimator {
   explicit GrpoPassk(const ConfigView& cfg) : normalize_(cfg.get_bool("normalize", true)), eps_(read_epsilon(cfg, 1e-6)) {}
 
   AdvantageOutput compute(const AdvantageInput& in) const override {
-    at::NoGradGuard no_grad;
+    torch::NoGradGuard no_grad;
     const auto [mask, B, r, groups] = prepare("grpo_passk", in);
     std::vector<double> adv(B, 0.0);
     for (size_t g = 0; g < groups.ids.size(); ++g) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/utils.h>  // torch::NoGradGuard (ATen no longer spells it at:: in LibTorch 2.x)
 #include <gtest/gtest.h>
 
 #include "core/plugin/plugin_registry.h"
@@ -112,7 +113,7 @@ at::Tensor autograd_grad(const KlEstimator& k, const at::Tensor& logp0, const at
 // Central finite differences of sum(f(logp)) w.r.t. each element of logp.
 at::Tensor finite_diff(const std::function<at::Tensor(const at::Tensor&)>& f, const at::Tensor& logp0, double h = 1e-6) {
   at::Tensor g = at::zeros_like(logp0);
-  at::NoGradGuard ng;
+  torch::NoGradGuard ng;
   for (int64_t i = 0; i < logp0.size(1); ++i) {
     at::Tensor up = logp0.clone(), down = logp0.clone();
     up[0][i] += h;
