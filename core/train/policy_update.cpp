@@ -8,8 +8,8 @@
 #include <stdexcept>
 
 #include "core/dist/gradient_reducer.h"
-#include "core/dist/sharding.h"
 #include "core/dist/process_group.h"
+#include "core/dist/sharding.h"
 #include "core/model/logprobs.h"
 #include "core/train/metric_sums.h"
 #include "core/train/optimizer.h"
