@@ -168,9 +168,8 @@ int run_shard_rank(const std::string& mode_name, int rank, int world, int port, 
     optimizer = grpo::core::make_adamw(params, settings);
   } else {
     const auto units = dist::decoder_units(names);
-    std::vector<std::int64_t> layer_of_unit;  // unit k > 0 is decoder layer k - 1
-    for (std::size_t k = 0; k < units.size(); ++k) layer_of_unit.push_back(static_cast<std::int64_t>(k) - 1);
-    auto s = std::make_unique<dist::ShardedAdamW>(params, units, settings, d.train(), mode, layer_of_unit);
+    auto s = std::make_unique<dist::ShardedAdamW>(params, units, settings, d.train(), mode,
+                                                  dist::decoder_unit_layers(units.size()));
     sharded = s.get();
     optimizer = std::move(s);
     if (mode == dist::Sharding::kFull) {  // as the trainer: the model gathers its layers as it goes

@@ -79,6 +79,12 @@ std::vector<std::vector<std::size_t>> decoder_units(const std::vector<std::strin
   return units;
 }
 
+std::vector<std::int64_t> decoder_unit_layers(std::size_t units) {
+  std::vector<std::int64_t> layers;
+  for (std::size_t k = 0; k < units; ++k) layers.push_back(static_cast<std::int64_t>(k) - 1);
+  return layers;
+}
+
 // ---------------------------------------------------------------------------------------------
 namespace {
 

@@ -84,6 +84,9 @@ class ShardLayout {
 // the name), and one for everything else (embeddings, final norm, LM head), first. `names`
 // align with the parameters. Unit k > 0 is decoder layer k - 1.
 std::vector<std::vector<std::size_t>> decoder_units(const std::vector<std::string>& names);
+// The decoder layer of each of decoder_units()'s `units` (-1 for the first): ShardedAdamW's
+// layer_of_unit.
+std::vector<std::int64_t> decoder_unit_layers(std::size_t units);
 
 // dist.sharding full: the parameters' values at rest are this rank's chunks only (shard()).
 // Each unit's parameters are rebound to views of one flat buffer per unit [chunk * N]; gather()

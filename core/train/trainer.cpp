@@ -232,14 +232,13 @@ std::unique_ptr<torch::optim::Optimizer> Trainer::make_optimizer() {
   std::vector<std::string> names;
   const std::vector<at::Tensor> params = trainable_parameters(&names);
   std::vector<std::vector<std::size_t>> units;
-  std::vector<std::int64_t> layer_of_unit;  // -1: not one decoder layer's
+  std::vector<std::int64_t> layer_of_unit;  // empty (LoRA's one unit): no decoder layer's
   if (lora_) {
     units.emplace_back();
     for (std::size_t k = 0; k < params.size(); ++k) units.back().push_back(k);
-    layer_of_unit.push_back(-1);
   } else {
     units = dist::decoder_units(names);
-    for (std::size_t k = 0; k < units.size(); ++k) layer_of_unit.push_back(static_cast<std::int64_t>(k) - 1);
+    layer_of_unit = dist::decoder_unit_layers(units.size());
   }
   try {
     dist::check_sharding_collectives(dist_->train(), sharding, params.front());
@@ -255,7 +254,7 @@ std::unique_ptr<torch::optim::Optimizer> Trainer::make_optimizer() {
     model_->set_parameter_residency(optimizer->parameters());
     spdlog::info("dist.sharding full: parameters sharded at rest ({:.1f} MiB on this rank), each decoder layer all-gathered "
                  "for its forward and again for its backward{}",
-                 static_cast<double>(sharded_params_->shard().numel() * sharded_params_->shard().element_size()) / 1048576.0,
+                 static_cast<double>(sharded_params_->shard().nbytes()) / 1048576.0,
                  lora_ ? " (LoRA: the adapters are one unit; the frozen base weights stay replicated)" : "");
   }
   spdlog::info("dist.sharding {}: this rank keeps the AdamW state of {} of {} trainable values ({:.1f} MiB){}",

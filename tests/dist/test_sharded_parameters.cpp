@@ -100,10 +100,9 @@ TEST_P(ShardedParametersTest, PassesGatherLayerByLayerAndGiveThePlainGradients) 
     std::int64_t total_bytes = 0;
     for (const auto& p : n.params) total_bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
     const auto units = dist::decoder_units(n.names);
-    std::vector<std::int64_t> layer_of_unit;
-    for (std::size_t k = 0; k < units.size(); ++k) layer_of_unit.push_back(static_cast<std::int64_t>(k) - 1);
     OptimizerSettings settings;
-    dist::ShardedAdamW optimizer(n.params, units, settings, d.train(), dist::Sharding::kFull, layer_of_unit);
+    dist::ShardedAdamW optimizer(n.params, units, settings, d.train(), dist::Sharding::kFull,
+                                 dist::decoder_unit_layers(units.size()));
     const auto sharded = optimizer.parameters();
     ASSERT_TRUE(sharded);
     m.model->set_parameter_residency(sharded);
@@ -122,11 +121,11 @@ TEST_P(ShardedParametersTest, PassesGatherLayerByLayerAndGiveThePlainGradients) 
     // After the forward only the rest (embeddings, norm, head) is gathered: layers were freed.
     const dist::ShardLayout& layout = optimizer.layout();
     for (std::size_t u = 0; u < layout.units().size(); ++u)
-      EXPECT_EQ(sharded->gathered(u), layer_of_unit[layout.units()[u].source] < 0) << "unit " << u;
+      EXPECT_EQ(sharded->gathered(u), layout.units()[u].source == 0) << "unit " << u;  // decoder_units()'s first: the rest
     loss.backward();
     reducer.finish();
     for (std::size_t u = 0; u < layout.units().size(); ++u)
-      EXPECT_EQ(sharded->gathered(u), layer_of_unit[layout.units()[u].source] < 0) << "unit " << u << " after backward";
+      EXPECT_EQ(sharded->gathered(u), layout.units()[u].source == 0) << "unit " << u << " after backward";
 
     // This rank's chunk of the summed gradients: the reference's values at its pieces.
     // Float32 sums in another order (two ranks' gradients added, against one backward): relative
