@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   c.head_dim = 32;
   c.max_position_embeddings = 4096;
   c.rope_theta = 1e6;
-  c.qk_norm = true;
+  c.qk_norm = grpo::core::QkNorm::kPerHead;
   grpo::core::CausalLM model(c);
   model->init_weights(0.02, 0);
   model->eval();

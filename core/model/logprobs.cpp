@@ -21,6 +21,7 @@ void check_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, cons
   if (targets.numel() > 0 && (targets.min().item<int64_t>() < 0 || targets.max().item<int64_t>() >= weight.size(0)))
     throw std::invalid_argument("token_logprobs: a target id is outside [0, " + std::to_string(weight.size(0)) + ")");
   if (options.chunk_tokens <= 0) throw std::invalid_argument("token_logprobs: chunk_tokens must be > 0");
+  if (options.logit_softcap < 0) throw std::invalid_argument("token_logprobs: logit_softcap must be >= 0");
   if (!(options.temperature > 0)) throw std::invalid_argument("token_logprobs: temperature must be > 0");
 }
 
@@ -30,9 +31,10 @@ torch::Tensor compute_weight(const torch::Tensor& weight, torch::Dtype compute) 
   return compute == weight.scalar_type() ? weight : weight.to(compute);
 }
 
-// Logits of one chunk in float32: (h W^T) / temperature, the matmul in `weight`'s dtype.
-torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight, double temperature) {
+// Logits of one chunk in float32: softcap(h W^T) / temperature, the matmul in `weight`'s dtype.
+torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight, double temperature, double softcap) {
   auto z = torch::matmul(h.to(weight.scalar_type()), weight.t()).to(torch::kFloat32);
+  if (softcap > 0) z = torch::tanh(z / softcap) * softcap;
   return temperature == 1.0 ? z : z / temperature;
 }
 
@@ -41,7 +43,8 @@ torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight, 
 class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
  public:
   static variable_list forward(AutogradContext* ctx, torch::Tensor hidden, torch::Tensor weight,
-                               torch::Tensor targets, int64_t chunk, double temperature, bool with_entropy) {
+                               torch::Tensor targets, int64_t chunk, double temperature, bool with_entropy,
+                               double softcap) {
     const int64_t n = hidden.size(0);
     // Explicit casts instead of autocast's: the backward below runs wherever autograd runs it.
     const torch::Dtype compute = autocast_compute_dtype(weight);
@@ -54,7 +57,7 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
     // matmul's own output in the weight's dtype when that is not float32).
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
-      auto z = chunk_logits(hidden.narrow(0, start, len), w, temperature);
+      auto z = chunk_logits(hidden.narrow(0, start, len), w, temperature, softcap);
       auto l = torch::logsumexp(z, -1, /*keepdim=*/true);
       lse.narrow(0, start, len).copy_(l.squeeze(1));
       z.sub_(l);  // now log-softmax
@@ -65,6 +68,7 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["with_entropy"] = with_entropy;
+    ctx->saved_data["softcap"] = softcap;
     ctx->saved_data["compute_dtype"] = static_cast<int64_t>(compute);
     if (!with_entropy) ctx->mark_non_differentiable({entropy});
     return {logp, entropy};
@@ -76,6 +80,7 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const double temperature = ctx->saved_data["temperature"].toDouble();
     const bool with_entropy = ctx->saved_data["with_entropy"].toBool();
+    const double softcap = ctx->saved_data["softcap"].toDouble();
     const auto compute = static_cast<torch::Dtype>(ctx->saved_data["compute_dtype"].toInt());
     const torch::Tensor w = compute_weight(weight, compute);
     const bool mixed = compute != weight.scalar_type();
@@ -89,7 +94,9 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
       auto h = hidden.narrow(0, start, len);
-      auto z = chunk_logits(h, w, temperature);
+      auto z = chunk_logits(h, w, temperature, softcap);
+      // Soft-cap: d(c tanh(u / c))/du = 1 - (capped / c)^2, from the capped logits before z is reused.
+      const torch::Tensor cap_slope = softcap > 0 ? 1 - (z * (temperature / softcap)).square() : torch::Tensor();
       z.sub_(lse.narrow(0, start, len).unsqueeze(1));  // log p
       auto gz = z.exp();                                 // p
       if (g_ent.defined()) {
@@ -106,6 +113,7 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
       }
       if (g_ent.defined()) gz.add_(z);
       if (temperature != 1.0) gz.div_(temperature);
+      if (cap_slope.defined()) gz.mul_(cap_slope);
       if (need_h) grad_h.narrow(0, start, len).copy_(torch::matmul(gz.to(compute), w));
       // bf16-mixed: the weight gradient's product in bf16 too (as autocast's linear would),
       // accumulated over chunks in float32.
@@ -113,7 +121,7 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
       if (need_w && !mixed) grad_w.addmm_(gz.t(), h.to(torch::kFloat32));
     }
     if (need_w) grad_w = grad_w.to(weight.scalar_type());
-    return {grad_h, grad_w, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_h, grad_w, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -125,7 +133,7 @@ TokenLogProbs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& l
   auto flat_h = hidden.reshape({-1, hidden.size(-1)});
   auto flat_t = targets.reshape({-1});
   auto out = ChunkedLogProb::apply(flat_h, lm_head_weight, flat_t, options.chunk_tokens, options.temperature,
-                                   options.with_entropy);
+                                   options.with_entropy, options.logit_softcap);
   TokenLogProbs result;
   result.logprobs = out[0].view(targets.sizes());
   if (options.with_entropy) result.entropy = out[1].view(targets.sizes());
@@ -135,7 +143,9 @@ TokenLogProbs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& l
 TokenLogProbs token_logprobs_naive(const torch::Tensor& hidden, const torch::Tensor& lm_head_weight,
                                    const torch::Tensor& targets, const LogProbOptions& options) {
   check_inputs(hidden, lm_head_weight, targets, options);
-  auto logits = torch::matmul(hidden, lm_head_weight.t()).to(torch::kFloat32) / options.temperature;
+  auto logits = torch::matmul(hidden, lm_head_weight.t()).to(torch::kFloat32);
+  if (options.logit_softcap > 0) logits = torch::tanh(logits / options.logit_softcap) * options.logit_softcap;
+  logits = logits / options.temperature;
   auto all = torch::log_softmax(logits, -1);
   TokenLogProbs result;
   result.logprobs = all.gather(-1, targets.unsqueeze(-1)).squeeze(-1);

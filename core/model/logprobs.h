@@ -13,6 +13,9 @@ struct LogProbOptions {
   int64_t chunk_tokens = 1024;  // tokens per chunk: peak extra memory ~ 2-3 x chunk_tokens x vocab x 4 bytes
   double temperature = 1.0;     // logits are divided by it (as the sampler did)
   bool with_entropy = false;    // also return the entropy of each token's distribution
+  // Gemma 2's final_logit_softcapping: logits = c * tanh(logits / c) before the temperature;
+  // 0 = off. CausalLMImpl::logprob_options() sets it from the model's config.
+  double logit_softcap = 0.0;
 };
 
 struct TokenLogProbs {

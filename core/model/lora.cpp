@@ -54,18 +54,40 @@ double LoraSettings::scaling() const {
 }
 
 std::vector<LoraTarget> linear_modules(const ModelConfig& c) {
+  // The decoder's projections as core/model/transformer.cpp builds them for this config, under
+  // their Hugging Face module names (PEFT matches target_modules against these).
   std::vector<LoraTarget> out;
   const std::int64_t q_out = c.num_attention_heads * c.head_dim, kv_out = c.num_key_value_heads * c.head_dim;
+  auto mlp = [&](const std::string& prefix, std::int64_t intermediate) {
+    if (c.fused_gate_up) {
+      out.push_back({prefix + "gate_up_proj", c.hidden_size, 2 * intermediate});
+    } else {
+      out.push_back({prefix + "gate_proj", c.hidden_size, intermediate});
+      out.push_back({prefix + "up_proj", c.hidden_size, intermediate});
+    }
+    out.push_back({prefix + "down_proj", intermediate, c.hidden_size});
+  };
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string attn = "model.layers." + std::to_string(i) + ".self_attn.";
-    const std::string mlp = "model.layers." + std::to_string(i) + ".mlp.";
-    out.push_back({attn + "q_proj", c.hidden_size, q_out});
-    out.push_back({attn + "k_proj", c.hidden_size, kv_out});
-    out.push_back({attn + "v_proj", c.hidden_size, kv_out});
+    const std::string ffn = "model.layers." + std::to_string(i) + ".mlp.";
+    if (c.fused_qkv) {
+      out.push_back({attn + "qkv_proj", c.hidden_size, q_out + 2 * kv_out});
+    } else {
+      out.push_back({attn + "q_proj", c.hidden_size, q_out});
+      out.push_back({attn + "k_proj", c.hidden_size, kv_out});
+      out.push_back({attn + "v_proj", c.hidden_size, kv_out});
+    }
     out.push_back({attn + "o_proj", q_out, c.hidden_size});
-    out.push_back({mlp + "gate_proj", c.hidden_size, c.intermediate_size});
-    out.push_back({mlp + "up_proj", c.hidden_size, c.intermediate_size});
-    out.push_back({mlp + "down_proj", c.intermediate_size, c.hidden_size});
+    if (!c.is_moe(i)) {
+      mlp(ffn, c.intermediate_size);
+      continue;
+    }
+    out.push_back({ffn + "gate", c.hidden_size, c.num_experts});
+    for (std::int64_t e = 0; e < c.num_experts; ++e) mlp(ffn + "experts." + std::to_string(e) + ".", c.moe_intermediate_size);
+    if (c.shared_expert_intermediate_size > 0) {
+      mlp(ffn + "shared_expert.", c.shared_expert_intermediate_size);
+      out.push_back({ffn + "shared_expert_gate", c.hidden_size, 1});
+    }
   }
   return out;
 }
@@ -75,7 +97,9 @@ std::vector<LoraTarget> select_lora_targets(const ModelConfig& config, const Lor
   const std::string arch = architecture_name(config.architecture);
   std::vector<std::string> entries = s.target_modules;
   const bool all_linear = entries.size() == 1 && entries[0] == kAllLinear;
-  if (entries.empty()) entries = {"q_proj", "v_proj"};  // PEFT's default for qwen2, qwen3 and llama
+  // PEFT's defaults (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): phi3's fused qkv_proj,
+  // q_proj and v_proj for the other families.
+  if (entries.empty()) entries = config.fused_qkv ? std::vector<std::string>{"qkv_proj"} : std::vector<std::string>{"q_proj", "v_proj"};
   std::vector<bool> chosen(modules.size(), false);
   for (const std::string& entry : entries) {
     if (entry == kAllLinear && !all_linear)

@@ -14,6 +14,11 @@ const char* projection_name(ProjectionRole role) {
     case ProjectionRole::kUp: return "up_proj";
     case ProjectionRole::kDown: return "down_proj";
     case ProjectionRole::kLmHead: return "lm_head";
+    case ProjectionRole::kQkv: return "qkv_proj";
+    case ProjectionRole::kGateUp: return "gate_up_proj";
+    case ProjectionRole::kRouter: return "gate";
+    case ProjectionRole::kSharedExpertGate: return "shared_expert_gate";
+    case ProjectionRole::kScore: return "score";
   }
   return "projection";
 }

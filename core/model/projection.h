@@ -20,7 +20,14 @@ namespace grpo::core {
 struct LoraAdapter;
 
 // What a projection is, for the factory and for anything that hooks into it later.
-enum class ProjectionRole { kQuery, kKey, kValue, kOutput, kGate, kUp, kDown, kLmHead };
+enum class ProjectionRole {
+  kQuery, kKey, kValue, kOutput, kGate, kUp, kDown, kLmHead,
+  kQkv,               // Phi-3's fused [q; k; v]
+  kGateUp,            // Phi-3's fused [gate; up]
+  kRouter,            // a mixture-of-experts block's router ("gate")
+  kSharedExpertGate,  // Qwen2-MoE's scalar gate of the shared expert
+  kScore,             // a *ForSequenceClassification's head
+};
 
 // The Hugging Face module name of a role ("q_proj", ..., "lm_head").
 const char* projection_name(ProjectionRole role);

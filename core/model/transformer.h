@@ -1,6 +1,9 @@
-// The decoder-only transformer behind Qwen2ForCausalLM, Qwen3ForCausalLM and
-// LlamaForCausalLM, with Hugging Face's semantics and parameter names (so a checkpoint's
-// tensors map one-to-one onto named_parameters()).
+// The decoder-only transformer's shared blocks and the model over them, with Hugging Face's
+// semantics and parameter names (so a checkpoint's tensors map one-to-one onto
+// named_parameters()). Which features a family uses (norm placement, activation, fused
+// projections, sliding windows, experts, soft-capping, RoPE scaling) is read from ModelConfig,
+// whose fields the family files of core/model/families/ set; docs/models.md has the table.
+// Long because the blocks, the caches they write and the model share one set of contracts.
 //
 // One forward serves three batch layouts (AttentionLayout):
 //   padded   [B, T] with an attention mask (left or right padding; positions count only
@@ -17,8 +20,10 @@
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <vector>
 
+#include "core/model/logprobs.h"
 #include "core/model/model_config.h"
 #include "core/model/projection.h"
 
@@ -117,63 +122,140 @@ struct SlotStep {
   torch::Tensor past;  // [rows] int64 on the model's device: each row's cached length
   int64_t keys = 0;    // max(past) + T: keys the step attends over
   torch::Tensor allowed;  // [rows, 1, T, keys] bool: key position <= the query token's position
+  torch::Tensor allowed_sliding;  // the same inside the sliding window (models with sliding layers)
 };
 
+// cos/sin of one pass's positions, [B, T, head_dim] float32: the model's rotary and, for Gemma 3's
+// sliding layers, the local one.
+struct RotaryTables {
+  torch::Tensor cos, sin;
+  torch::Tensor local_cos, local_sin;  // undefined unless the config has a local_rope
+};
+
+// transformers' RMSNorm. weight_offset (Gemma): scale by (1 + w), computed in float32 before the
+// cast back; otherwise the Llama order, cast back then scaled by w.
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps);
+  RMSNormImpl(int64_t dim, double eps, bool weight_offset = false);
   torch::Tensor forward(const torch::Tensor& x);
+  bool weight_offset() const { return weight_offset_; }
   torch::Tensor weight;
 
  private:
   double eps_;
+  bool weight_offset_;
 };
 TORCH_MODULE(RMSNorm);
 
-// Rotary embedding tables (not parameters: transformers does not save inv_freq either).
+// Rotary embedding tables (not parameters: transformers does not save inv_freq either), with
+// every RoPE scaling of transformers' modeling_rope_utils. Dynamic NTK and longrope depend on the
+// length of the call, as transformers' dynamic_rope_update makes them: a call whose largest
+// position p has p + 1 > max_position_embeddings (dynamic) or > original_max_position_embeddings
+// (longrope) uses the extended frequencies, for all its tokens. Yarn and longrope scale cos/sin
+// by their attention factor.
 class RotaryEmbedding {
  public:
-  explicit RotaryEmbedding(const ModelConfig& config);
+  explicit RotaryEmbedding(const ModelConfig& config);  // the model's rotary
+  RotaryEmbedding(const ModelConfig& config, const RotaryConfig& rotary);  // another (Gemma 3's local one)
   // cos, sin: [B, T, head_dim] in float32 for position_ids [B, T].
   std::pair<torch::Tensor, torch::Tensor> cos_sin(const torch::Tensor& position_ids) const;
-  const torch::Tensor& inv_freq() const { return inv_freq_; }
+  // The inverse frequencies a call of `seq_len` tokens uses (0: the call-independent ones).
+  torch::Tensor inv_freq(int64_t seq_len = 0) const;
+  double attention_factor() const { return attention_factor_; }
 
  private:
-  torch::Tensor inv_freq_;  // [head_dim / 2] float32
+  int64_t head_dim_;
+  int64_t max_position_embeddings_;
+  double theta_;
+  RopeScaling scaling_;
+  torch::Tensor inv_freq_;       // [head_dim / 2] float32: short calls (or all, for the static scalings)
+  torch::Tensor long_inv_freq_;  // longrope: calls past original_max_position_embeddings
+  double attention_factor_ = 1.0;
 };
 
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& config, int64_t layer_index);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const AttentionLayout& layout, KVCache* cache, const SlotStep* slots = nullptr);
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rotary, const AttentionLayout& layout,
+                        KVCache* cache, const SlotStep* slots = nullptr);
 
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only
+  Projection qkv_proj{nullptr};              // fused_qkv instead of q/k/v
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // qk_norm
 
  private:
   int64_t layer_index_;
   int64_t num_heads_, num_kv_heads_, head_dim_;
   double scaling_;
+  double softcap_;
+  int64_t window_;        // sliding window of this layer; 0 = full attention
+  bool local_rotary_;     // uses RotaryTables' local tables
+  QkNorm qk_norm_kind_;
 };
 TORCH_MODULE(Attention);
 
+// The gated MLP: down(act(gate(x)) * up(x)), act = silu (SwiGLU) or tanh-GELU (GeGLU); Phi-3
+// computes gate and up with one fused gate_up_proj.
 class MLPImpl : public torch::nn::Module {
  public:
-  MLPImpl(const ModelConfig& config, int64_t layer_index);
+  MLPImpl(const ModelConfig& config, int64_t layer_index, int64_t intermediate_size);
   torch::Tensor forward(const torch::Tensor& x);
   Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Projection gate_up_proj{nullptr};  // fused_gate_up instead of gate/up
+
+ private:
+  Activation act_;
 };
 TORCH_MODULE(MLP);
+
+// A sparse mixture-of-experts block (transformers' Qwen2MoeSparseMoeBlock): the router's softmax
+// over all experts in float32, the top num_experts_per_tok kept (renormalized when
+// norm_topk_prob) and cast to the hidden dtype, each token's experts' outputs summed with those
+// weights; plus, when configured, a shared expert scaled by sigmoid(shared_expert_gate(x)).
+// Each expert runs once per pass on the tokens routed to it.
+class SparseMoeBlockImpl : public torch::nn::Module {
+ public:
+  SparseMoeBlockImpl(const ModelConfig& config, int64_t layer_index);
+  torch::Tensor forward(const torch::Tensor& x);
+  Projection gate{nullptr};  // the router: [num_experts, hidden]
+  torch::nn::ModuleList experts{nullptr};
+  MLP shared_expert{nullptr};
+  Projection shared_expert_gate{nullptr};
+  // The router logits [tokens, num_experts] of the last forward while recording is on (the
+  // load-balancing loss reads them); undefined otherwise.
+  torch::Tensor last_router_logits;
+  bool record_router_logits = false;
+
+ private:
+  int64_t top_k_;
+  bool norm_topk_prob_;
+};
+TORCH_MODULE(SparseMoeBlock);
+
+// transformers' load_balancing_loss_func (Switch Transformer eq. 4-6, as the Qwen MoE models
+// train with it): num_experts * sum_e f_e * P_e over the router logits of every MoE layer, f_e the
+// fraction of (token, choice) pairs routed to expert e, P_e its mean router probability.
+// token_mask [tokens] (optional, 1 = real token) restricts both means to real tokens.
+torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logits, int64_t num_experts, int64_t top_k,
+                                  const torch::Tensor& token_mask = {});
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, int64_t layer_index);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const AttentionLayout& layout, KVCache* cache, const SlotStep* slots = nullptr);
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rotary, const AttentionLayout& layout,
+                        KVCache* cache, const SlotStep* slots = nullptr);
   Attention self_attn{nullptr};
-  MLP mlp{nullptr};
+  MLP mlp{nullptr};             // dense layers
+  SparseMoeBlock moe{nullptr};  // MoE layers (registered as "mlp", as transformers names it)
+  // Which norms exist follows config.norm_placement: pre-norm has input_layernorm and
+  // post_attention_layernorm; the sandwich adds pre_ and post_feedforward_layernorm; post-norm
+  // has post_attention_layernorm and post_feedforward_layernorm only.
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
+
+ private:
+  NormPlacement placement_;
+  torch::Tensor feed_forward(const torch::Tensor& x) { return moe ? moe(x) : mlp(x); }
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -210,9 +292,25 @@ class CausalLMImpl : public torch::nn::Module {
   // tokens (decode_layout() builds it).
   torch::Tensor hidden_states(const torch::Tensor& input_ids, const AttentionLayout& layout,
                               KVCache* cache = nullptr);
-  // Logits [B, T, vocab] = hidden_states() followed by the LM head.
+  // Logits [B, T, vocab] = hidden_states() followed by logits().
   torch::Tensor forward(const torch::Tensor& input_ids, const AttentionLayout& layout,
                         KVCache* cache = nullptr);
+  // The LM head on final hidden states [..., hidden] -> [..., vocab], soft-capped when the config
+  // says so (final_logit_softcapping). Every logit of the model goes through here or through
+  // token_logprobs with logprob_options().
+  torch::Tensor logits(const torch::Tensor& hidden) const;
+  // `options` with what the model adds to its logits (the soft-cap), for token_logprobs.
+  LogProbOptions logprob_options(LogProbOptions options) const;
+
+  // *ForSequenceClassification: the `score` head [B, num_labels] in float32 at each row's last
+  // token that is not the pad token (transformers' rule: the rightmost position whose id differs
+  // from pad_token_id; without a pad token, the row's last real token of attention_mask).
+  torch::Tensor sequence_scores(const torch::Tensor& input_ids, const torch::Tensor& attention_mask);
+
+  // Mixture of experts: while on, every MoE block keeps its router logits of the last pass
+  // (router_logits() returns them, one [tokens, num_experts] per MoE layer, in layer order).
+  void set_record_router_logits(bool on);
+  std::vector<torch::Tensor> router_logits() const;
 
   // One decode step of slots [0, rows) of `cache`: input_ids [rows] holds each slot's next
   // token (rotary position = the slot's length). Returns final hidden states [rows, hidden]
@@ -225,7 +323,8 @@ class CausalLMImpl : public torch::nn::Module {
   // final hidden states [R, T, hidden]; every slot's length grows by T. Needs torch::NoGradGuard.
   torch::Tensor extend_slots(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t first);
 
-  // The LM head's weight [vocab, hidden] (the embedding matrix when tied).
+  // The LM head's weight [vocab, hidden] (the embedding matrix when tied). A sequence-classification
+  // model has none: its score head's weight stands in where only the device and dtype matter.
   torch::Tensor lm_head_weight() const;
   const ModelConfig& config() const { return config_; }
   const RotaryEmbedding& rotary() const { return rotary_; }
@@ -248,14 +347,20 @@ class CausalLMImpl : public torch::nn::Module {
   void set_parameter_residency(std::shared_ptr<LayerParameterResidency> residency) { residency_ = std::move(residency); }
 
   Decoder model{nullptr};
-  Projection lm_head{nullptr};  // null when tie_word_embeddings
+  Projection lm_head{nullptr};  // null when tie_word_embeddings or a classification head
+  Projection score{nullptr};    // kSequenceClassification only
 
  private:
   // input_ids [R, T] into slots [first, first + R): the body of decode_slots and extend_slots.
   torch::Tensor forward_slots(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t first);
 
+  // Embeddings of input_ids, scaled by embedding_multiplier (Gemma) in the embeddings' dtype.
+  torch::Tensor embed(const torch::Tensor& input_ids);
+  RotaryTables rotary_tables(const torch::Tensor& position_ids) const;
+
   ModelConfig config_;
   RotaryEmbedding rotary_;
+  std::optional<RotaryEmbedding> local_rotary_;
   bool gradient_checkpointing_ = false;
   std::shared_ptr<LayerParameterResidency> residency_;
 };

@@ -110,7 +110,7 @@ ResponseLogProbs scatter_response(CausalLM& model, const torch::Tensor& flat_hid
     const torch::Tensor source = torch::tensor(index.source, i64);
     const torch::Tensor dest = torch::tensor(index.dest, i64);
     const torch::Tensor targets = torch::tensor(index.targets, i64);
-    const TokenLogProbs t = token_logprobs(flat_hidden.index_select(0, source), weight, targets, options);
+    const TokenLogProbs t = token_logprobs(flat_hidden.index_select(0, source), weight, targets, model->logprob_options(options));
     // Out-of-place index_copy: differentiable w.r.t. the copied values; padding stays 0.
     logprobs = logprobs.index_copy(0, dest, t.logprobs);
     if (options.with_entropy) entropy = entropy.index_copy(0, dest, t.entropy);

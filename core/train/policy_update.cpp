@@ -421,7 +421,18 @@ double micro_batch_pass(const PassContext& c, const MiniBatch& mb, std::size_t i
   torch::Tensor kl;
   if (c.with_reference) kl = c.components.kl_estimator->compute(logp, ref);
   const torch::Tensor per_token = add_kl_to_loss(policy_token_loss, kl, c.beta);
-  const torch::Tensor loss = aggregate_loss(per_token, mask, o.aggregation, mb.scale);
+  torch::Tensor loss = aggregate_loss(per_token, mask, o.aggregation, mb.scale);
+  if (o.router_aux_loss_coef > 0) {
+    // The routers of this pass (recording is on for the update, update_policy).
+    const std::vector<torch::Tensor> router_logits = c.policy->router_logits();
+    if (!router_logits.empty()) {
+      const ModelConfig& mc = c.policy->config();
+      const torch::Tensor aux = load_balancing_loss(router_logits, mc.num_experts, mc.num_experts_per_tok);
+      const double ranks = c.dp ? static_cast<double>(c.dp->comm->world_size()) : 1.0;
+      loss = loss + aux * (o.router_aux_loss_coef / (static_cast<double>(mb.micro.size()) * ranks));
+      t.sums.add("loss/router_aux_avg", value_of(aux), value_of(mask.sum()));
+    }
+  }
   if (c.dp && last) c.dp->reducer->arm();
   if (loss.requires_grad()) loss.backward();
   const double loss_value = value_of(loss);
@@ -541,6 +552,14 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
 
   // ---- The passes.
   const PassContext c{policy, components, o, lp, dp, device, with_reference, loss_kl_coef(o.kl)};
+  struct RouterRecording {  // on for the passes only, and off again however they end
+    CausalLM& model;
+    bool on;
+    ~RouterRecording() {
+      if (on) model->set_record_router_logits(false);
+    }
+  } recording{policy, o.router_aux_loss_coef > 0 && policy->config().num_experts > 0};
+  if (recording.on) policy->set_record_router_logits(true);
   UpdateResult result;
   StepTotals totals;
   for (std::int64_t epoch = 0; epoch < o.num_epochs; ++epoch) {

@@ -60,6 +60,10 @@ struct UpdateOptions {
   // train.precision: under bf16-mixed every forward here (the no-grad passes too) runs in a
   // ComputePrecisionScope (bf16 matmuls); the models' own dtypes decide fp32 and bf16.
   Precision precision = Precision::kFp32;
+  // Mixture-of-experts policies: coefficient of the router's load-balancing loss
+  // (load_balancing_loss, core/model/transformer.h) added to each micro-batch's loss, averaged over
+  // the micro-batches of the mini-batch and the ranks; 0 = off (transformers' default).
+  double router_aux_loss_coef = 0.0;
 };
 
 // Data-parallel training (core/dist): this rank holds groups [first_group, first_group +

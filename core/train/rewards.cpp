@@ -68,7 +68,7 @@ void shape_rewards(std::vector<Group>& groups, const RewardOptions& options) {
   const double expected = static_cast<double>(options.max_new_tokens - options.overlong_buffer);
   for (Group& g : groups)
     for (Sample& s : g.samples) {
-      double reward = s.verifier_reward;
+      double reward = s.verifier_reward + s.model_reward;
       if (options.overlong_buffer > 0) {
         // DAPO: linear penalty over the last `buffer` tokens, -factor at the limit.
         const double exceed = static_cast<double>(s.response_ids.size()) - expected;

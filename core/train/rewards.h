@@ -35,7 +35,7 @@ RewardOptions reward_options(const sdk::ConfigValue& root);
 
 // Sets Sample::reward and Sample::trainable of every sample from its verifier_reward (filled
 // by VerifierPool::score), in this order:
-//   1. reward = verifier_reward
+//   1. reward = verifier_reward + model_reward (the reward model's share, core/train/reward_model.h)
 //   2. DAPO overlong shaping (overlong_buffer > 0), len = response token count:
 //      expected = max_new_tokens - buffer; reward += min(-(len - expected) / buffer * factor, 0)
 //   3. non-stop penalty: an unfinished sample's reward becomes non_stop_penalty_value

@@ -46,7 +46,9 @@ struct Sample {
   bool finished = true;                // stopped (EOS / stop string); false = cut at the limit
   // Filled by scoring and shaping (core/train/rewards.h):
   double verifier_reward = 0.0;        // sum of score * weight * verification_reward (after format gating)
-  double reward = 0.0;                 // final shaped reward the advantages are computed from
+  double model_reward = 0.0;           // the reward model's weighted (normalized) score; 0 without one
+  double reward_model_score = 0.0;     // the reward model's raw score (core/train/reward_model.h)
+  double reward = 0.0;                 // final shaped reward (verifier_reward + model_reward, shaped)
   bool correct = false;                // every non-format verifier scored >= 0.5 (verifiable_correct_rate)
   bool trainable = true;               // false: enters no loss term (mask_truncated_completions)
   std::vector<VerifierVerdict> verdicts;

@@ -157,11 +157,14 @@ std::vector<Group> generate_and_score(RolloutContext& ctx, const PromptSet& prom
   const double generation_s = seconds_since(t0);
   const auto t1 = Clock::now();
   const ScoringStats stats = ctx.pool->score(groups, prompt_texts, *ctx.verifiers, ctx.rewards);
+  MetricList model_metrics;
+  if (ctx.reward_model) model_metrics = ctx.reward_model->score_groups(groups);
   shape_rewards(groups, ctx.rewards);
   metrics.emplace_back("time/generation", generation_s);
   metrics.emplace_back("time/reward", seconds_since(t1));
   metrics.emplace_back("rollout/tokens_per_second", generation_s > 0 ? response_tokens / generation_s : 0.0);
   metrics.emplace_back("reward/verifier_calls", static_cast<double>(stats.calls));
+  for (auto& m : model_metrics) metrics.push_back(std::move(m));
   for (const auto& m : ctx.backend->metrics())
     if (m.value.defined() && m.value.numel() == 1) metrics.emplace_back(m.name, m.value.item<double>());
   if (ctx.tools)

@@ -31,6 +31,7 @@
 #include "core/model/transformer.h"
 #include "core/runtime/components.h"
 #include "core/tools/tool_rollout.h"
+#include "core/train/reward_model.h"
 #include "core/train/rewards.h"
 #include "core/train/rollout_batch.h"
 #include "core/train/trainer_settings.h"
@@ -91,6 +92,8 @@ struct RolloutContext {
   // Tools in the loop (the config's `tools`): generation goes through it; null = single-turn.
   ToolRollout* tools = nullptr;
   bool backend_supports_turns = false;  // RuntimeComponents::backend_supports_turns
+  // A learned reward model (reward_model.path): scores every sample next to the verifiers; null = none.
+  RewardModel* reward_model = nullptr;
   int rank() const { return dist ? dist->rank() : 0; }
   int world_size() const { return dist ? dist->world_size() : 1; }
   // Prompts of a step this rank generates (all of them in one process): the active-sampling

@@ -22,6 +22,7 @@
 #include "core/dist/process_group.h"
 #include "core/dist/sharding.h"
 #include "core/metrics/run_metrics.h"
+#include "core/model/checkpoint.h"
 #include "core/runtime/threads.h"
 #include "core/train/advantages.h"
 #include "core/train/optimizer.h"
@@ -138,6 +139,7 @@ class Trainer {
   std::unique_ptr<VerifierPool> pool_;
   std::unique_ptr<ToolRollout> tools_;  // null without `tools`
   std::unique_ptr<RolloutContext> ctx_;
+  std::unique_ptr<RewardModel> reward_model_;
   UpdateComponents update_components_;
   std::unique_ptr<dist::GradientReducer> reducer_;
   DataParallelUpdate data_parallel_;
@@ -183,6 +185,15 @@ bool Trainer::prepare() {
   tools_ = make_tool_rollout(components_, s_, *policy_.tokenizer);
   ctx_->tools = tools_.get();
   ctx_->backend_supports_turns = components_.backend_supports_turns;
+  if (job_.reward_model.enabled()) {
+    // On the policy's device and in its precision; frozen, so bf16-mixed stores it in bfloat16
+    // (as the reference model).
+    torch::Dtype dtype = dtype_from_name(policy_spec_.dtype, "model.dtype");
+    if (policy_spec_.precision == Precision::kBf16Mixed) dtype = torch::kBFloat16;
+    reward_model_ = std::make_unique<RewardModel>(job_.reward_model, dtype, policy_spec_.device, policy_spec_.precision,
+                                                  find_config_node(config_, {"reward_model", "path"}));
+    ctx_->reward_model = reward_model_.get();
+  }
   if (tools_)
     spdlog::info("tools: {} ({} parser, at most {} calls per trajectory, {} s per call; resumed {})",
                  [&] {

@@ -139,6 +139,13 @@ void read_update(const sdk::ConfigValue& root, const Sections& c, TrainerSetting
     fail_at_config_key(root, {"train", "ref_update_alpha"}, "expected a number in (0, 1]");
   s.max_nonfinite_steps = at_least("train", "max_nonfinite_steps", train.get_int("max_nonfinite_steps", s.max_nonfinite_steps), 1);
   s.gradient_checkpointing = train.get_bool("gradient_checkpointing", s.gradient_checkpointing);
+  u.router_aux_loss_coef = train.get_double("router_aux_loss_coef", u.router_aux_loss_coef);
+  if (!(std::isfinite(u.router_aux_loss_coef) && u.router_aux_loss_coef >= 0))
+    fail_at_config_key(root, {"train", "router_aux_loss_coef"}, "expected a finite number >= 0");
+  if (u.router_aux_loss_coef > 0 && s.gradient_checkpointing)
+    fail_at_config_key(root, {"train", "router_aux_loss_coef"},
+                       "the load-balancing loss needs the routers' gradients through the whole model, which activation "
+                       "checkpointing (train.gradient_checkpointing) does not keep for it; turn one of them off");
 }
 
 // eval.*, checkpoint.* and the chat template.
@@ -193,6 +200,7 @@ TrainingJobSettings training_job_settings(const sdk::ConfigValue& root) {
   job.trainer = trainer_settings(root);
   job.data = data_options(root);
   job.rewards = reward_options(root);
+  job.reward_model = reward_model_settings(root);
   return job;
 }
 

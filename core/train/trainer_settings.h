@@ -20,6 +20,7 @@
 #include "core/tools/tool_rollout.h"
 #include "core/train/optimizer.h"
 #include "core/train/policy_update.h"
+#include "core/train/reward_model.h"
 #include "core/train/rewards.h"
 #include "grpo/sdk/config_value.h"
 #include "grpo/sdk/torch/rollout_backend.h"
@@ -87,6 +88,7 @@ struct TrainingJobSettings {
   TrainerSettings trainer;
   DataOptions data;       // data.*
   RewardOptions rewards;  // reward.* (and rollout.max_new_tokens)
+  RewardModelSettings reward_model;  // reward_model.*
 };
 
 // trainer_settings, data_options and reward_options of one validated configuration, read in

@@ -88,6 +88,8 @@ CheckedTrainingJob check_training_job(const sdk::ConfigValue& config, PluginRegi
   job.settings = training_job_settings(config);  // every setting the job reads, once
   job.policy = policy_spec(config);
   job.files = check_policy_files(job.policy);  // errors name model.path, before the backend loads it
+  if (job.settings.reward_model.enabled())
+    check_reward_model_config(job.settings.reward_model, find_config_node(config, {"reward_model", "path"}));
   if (job.policy.lora.enabled() && job.settings.trainer.ref_update_freq > 0)
     fail_at_config_key(config, {"train", "ref_update_freq"},
                        "Polyak updates of the reference are not available with LoRA (model.lora): the reference is the "

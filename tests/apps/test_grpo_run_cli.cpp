@@ -181,13 +181,13 @@ TEST_F(GrpoRunCli, ValidateChecksModelAndTokenizerFiles) {
 TEST_F(GrpoRunCli, ValidateReportsABadModelConfigWithTheConfigKeyAndTheFile) {
   fs::create_directories(dir_ / "m");
   std::string config = read(std::string(GRPO_SOURCE_DIR) + "/tests/fixtures/models/qwen3/config.json");
-  config.replace(config.find("\"use_sliding_window\": false"), 27, "\"use_sliding_window\": true");
+  config.replace(config.find("\"hidden_act\": \"silu\""), 20, "\"hidden_act\": \"relu\"");
   write("m/config.json", config);
   write("run.yaml", "model:\n  path: m\n");
   Result r = grpo_run("--validate --config run.yaml", dir_);
   EXPECT_EQ(r.exit_code, 3) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("run.yaml:2:9: model.path: m/config.json: use_sliding_window: sliding-window "
-                                  "attention is not supported"));
+  EXPECT_THAT(r.output, HasSubstr("run.yaml:2:9: model.path: m/config.json: hidden_act: 'relu' is not supported "
+                                  "(supported: silu, gelu_pytorch_tanh)"));
   write("missing.yaml", "model:\n  path: nowhere\n");
   r = grpo_run("--validate --config missing.yaml", dir_);
   EXPECT_EQ(r.exit_code, 3) << r.output;

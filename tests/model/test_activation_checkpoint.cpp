@@ -72,7 +72,9 @@ Pass train_pass(CausalLM& model, const Batch& b, bool checkpointing, NamedTensor
   Pass out;
   out.loss = loss.item<double>();
   for (const auto& [name, p] : trainable) {
-    EXPECT_TRUE(p.grad().defined()) << name << " got no gradient";
+    // An expert no token of the batch was routed to gets none (as in transformers); the
+    // comparison below still requires both passes to agree on which ones.
+    if (name.find(".experts.") == std::string::npos) EXPECT_TRUE(p.grad().defined()) << name << " got no gradient";
     if (p.grad().defined()) out.grads[name] = p.grad().clone();
   }
   model->set_gradient_checkpointing(false);

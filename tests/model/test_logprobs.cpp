@@ -30,10 +30,12 @@ TEST(TokenLogProbs, HandComputedTwoTokenVocabulary) {
   EXPECT_NEAR(r2.logprobs[0].item<float>(), 1.0 - std::log(std::exp(1.0) + 1.0), 1e-6);
 }
 
-class ChunkedVsNaive : public ::testing::TestWithParam<std::tuple<int64_t, double, bool>> {};
+// (chunk, temperature, with_entropy, logit_softcap): the naive version's gradients are autograd's
+// (through tanh for the soft-cap), the chunked version's are its own backward.
+class ChunkedVsNaive : public ::testing::TestWithParam<std::tuple<int64_t, double, bool, double>> {};
 
 TEST_P(ChunkedVsNaive, ValuesAndGradientsMatch) {
-  const auto [chunk, temperature, with_entropy] = GetParam();
+  const auto [chunk, temperature, with_entropy, softcap] = GetParam();
   torch::manual_seed(1);
   const int64_t n = 37, hidden = 16, vocab = 101;  // n not a multiple of any chunk size used
   auto h1 = (torch::randn({n, hidden}) * 2).requires_grad_(true);
@@ -48,6 +50,7 @@ TEST_P(ChunkedVsNaive, ValuesAndGradientsMatch) {
   opts.chunk_tokens = chunk;
   opts.temperature = temperature;
   opts.with_entropy = with_entropy;
+  opts.logit_softcap = softcap;  // logits here reach about +-20: a cap of 3 bends most of them
   auto a = token_logprobs(h1, w1, t, opts);
   auto b = token_logprobs_naive(h2, w2, t, opts);
   EXPECT_LT(max_abs_diff(a.logprobs, b.logprobs), 1e-5);
@@ -66,7 +69,19 @@ TEST_P(ChunkedVsNaive, ValuesAndGradientsMatch) {
 
 INSTANTIATE_TEST_SUITE_P(Chunks, ChunkedVsNaive,
                          ::testing::Combine(::testing::Values<int64_t>(1, 8, 37, 1000), ::testing::Values(1.0, 0.7),
-                                            ::testing::Bool()));
+                                            ::testing::Bool(), ::testing::Values(0.0, 3.0)));
+
+TEST(TokenLogProbs, SoftCapIsAppliedBeforeTheTemperature) {
+  // logits [4, 0] capped at 2: 2 tanh(2) and 0; then temperature 2 halves them.
+  auto h = torch::tensor({{1.0f, 0.0f}});
+  auto w = torch::tensor({{4.0f, 0.0f}, {0.0f, 0.0f}});
+  LogProbOptions opts;
+  opts.logit_softcap = 2.0;
+  opts.temperature = 2.0;
+  const double z0 = std::tanh(2.0);  // 2 tanh(4 / 2) / 2
+  EXPECT_NEAR(token_logprobs(h, w, torch::tensor({0}, torch::kLong), opts).logprobs[0].item<float>(),
+              z0 - std::log(std::exp(z0) + 1.0), 1e-6);
+}
 
 TEST(TokenLogProbs, KeepsLeadingShape) {
   torch::manual_seed(2);

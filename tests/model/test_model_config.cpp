@@ -32,20 +32,20 @@ TEST(ModelConfig, ParsesTheThreeArchitectures) {
   EXPECT_TRUE(q2.qkv_bias);
   EXPECT_FALSE(q2.o_proj_bias);
   EXPECT_TRUE(q2.tie_word_embeddings);
-  EXPECT_FALSE(q2.qk_norm);
+  EXPECT_EQ(q2.qk_norm, grpo::core::QkNorm::kNone);
 
   auto q3 = parse_model_config(fixture_config("qwen3").dump(), "qwen3");
   EXPECT_EQ(q3.architecture, ModelArchitecture::Qwen3);
   EXPECT_EQ(q3.head_dim, 32);  // explicit head_dim wins over hidden/heads
-  EXPECT_TRUE(q3.qk_norm);
+  EXPECT_EQ(q3.qk_norm, grpo::core::QkNorm::kPerHead);
   EXPECT_FALSE(q3.qkv_bias);
   EXPECT_EQ(q3.num_kv_groups(), 2);
 
   auto ll = parse_model_config(fixture_config("llama").dump(), "llama");
   EXPECT_EQ(ll.architecture, ModelArchitecture::Llama);
-  ASSERT_TRUE(ll.rope_scaling.has_value());
-  EXPECT_EQ(ll.rope_scaling->original_max_position_embeddings, 64);
-  EXPECT_DOUBLE_EQ(ll.rope_scaling->factor, 8.0);
+  ASSERT_EQ(ll.rope_scaling.type, grpo::core::RopeType::kLlama3);
+  EXPECT_EQ(ll.rope_scaling.original_max_position_embeddings, 64);
+  EXPECT_DOUBLE_EQ(ll.rope_scaling.factor, 8.0);
   EXPECT_DOUBLE_EQ(ll.rms_norm_eps, 1e-5);
   EXPECT_EQ(ll.eos_token_ids, std::vector<int64_t>{2});
 }
@@ -63,26 +63,45 @@ TEST(ModelConfig, UnsupportedArchitectureNamesFileKeyAndSuggestion) {
   auto msg = error_for(j);
   EXPECT_NE(msg.find("m/config.json: architectures"), std::string::npos) << msg;
   EXPECT_NE(msg.find("did you mean 'Qwen2ForCausalLM'"), std::string::npos) << msg;
-  j["architectures"] = {"MistralForCausalLM"};
-  EXPECT_NE(error_for(j).find("supported: Qwen2ForCausalLM, Qwen3ForCausalLM, LlamaForCausalLM"), std::string::npos);
+  j["architectures"] = {"FalconForCausalLM"};
+  EXPECT_NE(error_for(j).find("supported: Qwen2ForCausalLM, Qwen3ForCausalLM, LlamaForCausalLM, MistralForCausalLM, "
+                              "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, Olmo2ForCausalLM, "
+                              "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM"),
+            std::string::npos)
+      << error_for(j);
+  j.erase("architectures");
+  j["model_type"] = "falcon";
+  EXPECT_NE(error_for(j).find("model_type: unsupported model_type 'falcon'; supported: qwen2, qwen3, llama, mistral, "
+                              "gemma2, gemma3_text, phi3, olmo2, qwen2_moe, qwen3_moe"),
+            std::string::npos)
+      << error_for(j);
 }
 
 TEST(ModelConfig, SemanticsChangingFieldsAreErrors) {
-  auto j = fixture_config("qwen2");
+  auto j = fixture_config("llama");
   j["use_sliding_window"] = true;
-  EXPECT_NE(error_for(j).find("use_sliding_window: sliding-window attention is not supported"), std::string::npos);
+  EXPECT_NE(error_for(j).find("use_sliding_window: Llama has no sliding-window attention"), std::string::npos)
+      << error_for(j);
 
   j = fixture_config("llama");
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  EXPECT_NE(error_for(j).find("rope_scaling.rope_type: RoPE scaling type 'yarn' is not supported"), std::string::npos);
+  j["rope_scaling"] = {{"rope_type", "mrope"}, {"factor", 4.0}};
+  EXPECT_NE(error_for(j).find("rope_scaling.rope_type: RoPE scaling type 'mrope' is not supported"), std::string::npos);
+  j["rope_scaling"] = {{"rope_type", "linear"}};
+  EXPECT_NE(error_for(j).find("rope_scaling.factor: missing: RoPE scaling 'linear' needs it"), std::string::npos)
+      << error_for(j);
 
   j = fixture_config("llama");
   j["hidden_act"] = "gelu";
   EXPECT_NE(error_for(j).find("hidden_act: 'gelu' is not supported"), std::string::npos);
 
-  j = fixture_config("qwen3");
+  j = fixture_config("llama");
   j["layer_types"] = {"full_attention", "sliding_attention"};
-  EXPECT_NE(error_for(j).find("layer_types[1]"), std::string::npos);
+  EXPECT_NE(error_for(j).find("layer_types[1]: Llama layers are \"full_attention\""), std::string::npos) << error_for(j);
+
+  j = fixture_config("qwen3");  // its sliding_window is null
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_NE(error_for(j).find("sliding_window: missing: layers use sliding-window attention"), std::string::npos)
+      << error_for(j);
 
   j = fixture_config("qwen3");
   j["num_key_value_heads"] = 3;
@@ -113,7 +132,7 @@ TEST(ModelConfig, RopeParametersOfTransformers5AreRead) {
                           {"original_max_position_embeddings", 64}};
   auto c = parse_model_config(j.dump(), "x");
   EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
-  ASSERT_TRUE(c.rope_scaling.has_value());
+  EXPECT_EQ(c.rope_scaling.type, grpo::core::RopeType::kLlama3);
 }
 
 TEST(ModelConfig, SavedJsonKeepsUnknownKeysAndRoundTrips) {

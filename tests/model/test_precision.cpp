@@ -25,8 +25,10 @@ namespace {
 // layers of a fixture model (hidden 64, logits of a few units) the log-probs of bf16-mixed
 // differ from float32 by a few hundredths of a nat at most; these bounds leave about 2x room
 // over what was measured (docs/precision.md gives the figures).
-constexpr double kMaxLogprobDiff = 0.15;   // nats, any token (measured: 0.035 to 0.062)
-constexpr double kMeanLogprobDiff = 0.03;  // nats, mean over tokens (measured: 0.011 to 0.014)
+constexpr double kMaxLogprobDiff = 0.15;   // nats, any token (measured: 0.031 to 0.084, dense fixtures)
+constexpr double kMeanLogprobDiff = 0.03;  // nats, mean over tokens (measured: 0.012 to 0.021)
+constexpr double kMaxLogprobDiffMoe = 0.6;    // measured 0.25 (qwen3_moe), 0.33 (qwen2_moe)
+constexpr double kMeanLogprobDiffMoe = 0.06;  // measured 0.024, 0.031
 constexpr double kMinGradientCosine = 0.99;  // the bar (measured: 0.9997 to 0.9998)
 
 torch::Tensor token_ids(const ModelConfig& c, std::int64_t batch, std::int64_t length, std::uint64_t seed) {
@@ -135,8 +137,11 @@ TEST_P(MixedPrecisionFixture, LogprobsStayWithinTheDocumentedBoundOfFp32) {
   RecordProperty("max_logprob_diff", std::to_string(max_diff));
   std::printf("%s: bf16-mixed vs fp32 log-probs: max |diff| %.5f, mean %.5f (|logp| mean %.3f)\n", GetParam().c_str(),
               max_diff, mean_diff, fp32.abs().mean().item<double>());
-  EXPECT_LT(max_diff, kMaxLogprobDiff);
-  EXPECT_LT(mean_diff, kMeanLogprobDiff);
+  // A mixture of experts routes a token whose router logits are within bf16 rounding of a tie to
+  // another expert in bf16: a few tokens move further (docs/precision.md).
+  const bool moe = model->config().num_experts > 0;
+  EXPECT_LT(max_diff, moe ? kMaxLogprobDiffMoe : kMaxLogprobDiff);
+  EXPECT_LT(mean_diff, moe ? kMeanLogprobDiffMoe : kMeanLogprobDiff);
   EXPECT_GT(max_diff, 0.0) << "bf16-mixed computed exactly what fp32 did: the scope had no effect";
 }
 

@@ -173,6 +173,34 @@ TEST_P(ForwardParity, DecodeStepWithAPaddedRowKeepsPositionsAndMask) {
   EXPECT_LT(max_abs_diff(out[1][0], logits(3)[Lb]), kLogitTolerance);
 }
 
+TEST_P(ForwardParity, SlotDecodingAndExtensionMatchTheReference) {
+  // The rollout engine's path: prefill a prompt into a KVCache, move it into a slot, then decode
+  // token by token (decode_slots) and feed several tokens at once (extend_slots); the 40-token
+  // sequence runs past the fixtures' sliding windows (16) and into longrope's long factors only
+  // in single forwards (calls here stay under 64 positions).
+  auto seq = ids(3);
+  const int64_t prompt = 9, L = seq.size(0);
+  KVCache prefill(model_->config(), 1, prompt, torch::kFloat32);
+  auto x = seq.narrow(0, 0, prompt).unsqueeze(0);
+  model_(x, model_->decode_layout(prefill, prompt), &prefill);
+  SlotKVCache slots(model_->config(), 2, L, torch::kFloat32);
+  slots.load_prefix(1, prefill, 0, prompt);
+  slots.move_slot(1, 0);
+  int64_t pos = prompt;
+  double worst = 0;
+  while (pos < L) {
+    const int64_t n = pos % 3 == 0 ? std::min<int64_t>(4, L - pos) : 1;  // steps of 1 and of 4 tokens
+    torch::Tensor hidden = n == 1 ? model_->decode_slots(seq.narrow(0, pos, 1), slots).unsqueeze(1)
+                                  : model_->extend_slots(seq.narrow(0, pos, n).unsqueeze(0), slots, 0);
+    const double diff = max_abs_diff(model_->logits(hidden)[0], logits(3).narrow(0, pos, n));
+    worst = std::max(worst, diff);
+    EXPECT_LT(diff, kLogitTolerance) << "positions " << pos << ".." << pos + n - 1;
+    pos += n;
+  }
+  EXPECT_EQ(slots.length(0), L);
+  std::cout << "[parity] " << GetParam() << " slot decoding: max |delta| = " << worst << "\n";
+}
+
 TEST_P(ForwardParity, MisuseIsAnError) {
   auto x = ids(0).unsqueeze(0);
   KVCache small(model_->config(), 1, 4, torch::kFloat32);
@@ -197,12 +225,13 @@ TEST_P(ForwardParity, PackedLogProbsEqualPerSequenceLogProbs) {
   // Target of each position: the next token of the same sequence (last position: token 0).
   std::vector<torch::Tensor> targets;
   for (const auto& s : seqs) targets.push_back(torch::cat({s.narrow(0, 1, s.size(0) - 1), torch::zeros({1}, torch::kLong)}));
-  auto packed = token_logprobs(packed_hidden, model_->lm_head_weight(), torch::cat(targets)).logprobs;
+  const LogProbOptions options = model_->logprob_options({});  // Gemma 2's soft-capped logits
+  auto packed = token_logprobs(packed_hidden, model_->lm_head_weight(), torch::cat(targets), options).logprobs;
   int64_t start = 0;
   for (int k = 0; k < kSequences; ++k) {
     auto x = seqs[k].unsqueeze(0);
     auto h = model_->hidden_states(x, AttentionLayout::padded(torch::ones_like(x)))[0];
-    auto single = token_logprobs(h, model_->lm_head_weight(), targets[k]).logprobs;
+    auto single = token_logprobs(h, model_->lm_head_weight(), targets[k], options).logprobs;
     EXPECT_LT(max_abs_diff(packed.narrow(0, start, lengths[k]), single), 1e-5) << "seq " << k;
     // And both agree with log_softmax of the reference logits.
     auto ref = torch::log_softmax(logits(k).to(torch::kFloat64), -1).gather(1, targets[k].unsqueeze(1)).squeeze(1);
@@ -221,12 +250,13 @@ TEST_P(ForwardParity, Bfloat16StaysCloseToFloat32) {
   auto ref = logits(3).to(torch::kFloat64);
   const double rel_rms = (out[0].to(torch::kFloat64) - ref).pow(2).mean().sqrt().item<double>() /
                          ref.pow(2).mean().sqrt().item<double>();
-  EXPECT_LT(rel_rms, 0.03);
+  // Mixtures of experts: bf16 rounding flips the routing of near-tie tokens (docs/precision.md).
+  EXPECT_LT(rel_rms, bf16->config().num_experts > 0 ? 0.1 : 0.03);
   auto agree = (out[0].argmax(-1) == logits(3).argmax(-1)).to(torch::kFloat32).mean().item<float>();
   EXPECT_GT(agree, 0.9);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardParity, ::testing::Values("qwen2", "qwen3", "llama"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardParity, ::testing::ValuesIn(grpo::testing::fixture_models()));
 
 // Rotary positions restart at 0 for every sequence of a packed row, and count only real tokens
 // in a padded batch. RoPE scores depend only on position differences, so a layout that kept

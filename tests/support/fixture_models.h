@@ -7,8 +7,18 @@
 
 namespace grpo::testing {
 
+// Every causal-LM fixture: the first three (generate.py) and one per family added since
+// (generate_families.py; llama_dynamic is Llama with dynamic NTK RoPE).
 inline const std::vector<std::string>& fixture_models() {
-  static const std::vector<std::string> names = {"qwen2", "qwen3", "llama"};
+  static const std::vector<std::string> names = {"qwen2",  "qwen3", "llama",     "mistral",   "gemma2",
+                                                 "gemma3", "phi3",  "olmo2",     "qwen2_moe", "qwen3_moe",
+                                                 "llama_dynamic"};
+  return names;
+}
+
+// The mixture-of-experts fixtures (their references hold routing decisions too).
+inline const std::vector<std::string>& moe_fixture_models() {
+  static const std::vector<std::string> names = {"qwen2_moe", "qwen3_moe"};
   return names;
 }
 

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -26,6 +27,7 @@ namespace {
 
 using grpo::core::AttentionLayout;
 using grpo::core::CausalLM;
+using grpo::core::ModelConfig;
 using grpo::core::Group;
 using grpo::core::LossAggregation;
 using grpo::core::OldLogprobSource;
@@ -101,6 +103,26 @@ bool has_metric(const UpdateResult& r, const std::string& name) {
   return false;
 }
 
+// -(1/n) sum_t A_t logp_t over the samples of `g`, each sequence run alone through the full
+// logits: the objective whose gradient a packed on-policy ppo_clip step with token-mean follows.
+// `after_forward` runs after each sequence's forward (to read what the model recorded).
+torch::Tensor full_logits_objective(CausalLM& model, const Group& g, double n,
+                                    const std::function<void()>& after_forward = nullptr) {
+  torch::Tensor objective = torch::zeros({});
+  const auto prompt = static_cast<std::int64_t>(g.prompt_ids.size());
+  for (const Sample& s : g.samples) {
+    std::vector<std::int64_t> ids = g.prompt_ids;
+    ids.insert(ids.end(), s.response_ids.begin(), s.response_ids.end());
+    const auto len = static_cast<std::int64_t>(ids.size());
+    const torch::Tensor logsm = torch::log_softmax(
+        model->forward(torch::tensor(ids).view({1, len}), AttentionLayout::padded(torch::ones({1, len}, torch::kLong)))[0], -1);
+    if (after_forward) after_forward();
+    for (std::size_t j = 0; j < s.response_ids.size(); ++j)
+      objective = objective - s.advantages[j] * logsm[prompt - 1 + static_cast<std::int64_t>(j)][s.response_ids[j]] / n;
+  }
+  return objective;
+}
+
 struct UpdateRun {
   UpdateResult result;
   int callbacks = 0;
@@ -148,17 +170,7 @@ TEST(PolicyUpdate, SgdStepIsMinusLrTimesTheObjectivesGradient) {
   const double lr = 0.5;
   CausalLM expected_model = tiny_model(1);
   {
-    torch::Tensor objective = torch::zeros({});
-    for (const Sample& s : groups[0].samples) {
-      std::vector<std::int64_t> ids = groups[0].prompt_ids;
-      ids.insert(ids.end(), s.response_ids.begin(), s.response_ids.end());
-      const auto n = static_cast<std::int64_t>(ids.size());
-      const torch::Tensor logsm = torch::log_softmax(
-          expected_model->forward(torch::tensor(ids).view({1, n}), AttentionLayout::padded(torch::ones({1, n}, torch::kLong)))[0], -1);
-      for (std::size_t j = 0; j < s.response_ids.size(); ++j)
-        objective = objective - s.advantages[j] * logsm[static_cast<std::int64_t>(2 + j)][s.response_ids[j]] / 5.0;
-    }
-    objective.backward();
+    full_logits_objective(expected_model, groups[0], 5.0).backward();
     torch::NoGradGuard no_grad;
     for (auto& p : expected_model->parameters()) p.sub_(lr * p.grad());
   }
@@ -584,4 +596,53 @@ TEST(PolicyUpdate, PolicyMaskOfTheWrongLengthIsAnError) {
   EXPECT_NE(error_of<std::invalid_argument>([&] { grpo::core::update_policy(model, sgd, [] {}, groups, components(), options()); })
                 .find("has a policy mask of 2 entries for 3 response tokens"),
             std::string::npos);
+}
+
+// train.router_aux_loss_coef: a mixture-of-experts policy's step adds coef x the routers'
+// load-balancing loss (over every token of the pass, every MoE layer) to the policy objective.
+TEST(PolicyUpdate, RouterAuxLossJoinsTheObjectiveOfAMoePolicy) {
+  ModelConfig c = grpo::testing::tiny_test_model(0)->config();
+  c.architecture = grpo::core::ModelArchitecture::Qwen3Moe;
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 16;
+  c.norm_topk_prob = true;
+  c.moe_layers = {true, true};
+  auto moe_model = [&] {
+    CausalLM m(c);
+    m->init_weights(0.2, 3);
+    return m;
+  };
+  const std::vector<Group> groups = {group({1, 2, 3}, {sample({4, 5, 6}, 1.0f), sample({7, 8}, -1.0f)})};
+  const double lr = 0.5, coef = 0.3;
+
+  CausalLM expected_model = moe_model();
+  double expected_aux = 0.0;
+  {
+    expected_model->set_record_router_logits(true);
+    std::vector<std::vector<torch::Tensor>> per_layer(2);
+    const torch::Tensor objective = full_logits_objective(expected_model, groups[0], 5.0, [&] {
+      const auto routers = expected_model->router_logits();
+      for (std::size_t l = 0; l < 2; ++l) per_layer[l].push_back(routers.at(l));
+    });
+    const torch::Tensor aux = grpo::core::load_balancing_loss({torch::cat(per_layer[0]), torch::cat(per_layer[1])}, 4, 2);
+    expected_aux = aux.item<double>();
+    (objective + coef * aux).backward();
+    torch::NoGradGuard no_grad;
+    for (auto& p : expected_model->parameters()) p.sub_(lr * p.grad());
+  }
+
+  CausalLM model = moe_model();
+  UpdateOptions o = options();
+  o.router_aux_loss_coef = coef;
+  const UpdateRun run = sgd_update(model, groups, o, lr);
+  EXPECT_LT(max_param_diff(snapshot(model), snapshot(expected_model)), 1e-5);
+  EXPECT_NEAR(metric(run.result, "loss/router_aux_avg"), expected_aux, 1e-6);
+  EXPECT_TRUE(model->router_logits().empty()) << "recording is off again after the update";
+
+  // Without the coefficient the step is the policy objective's alone: different router weights.
+  CausalLM plain = moe_model();
+  sgd_update(plain, groups, options(), lr);
+  EXPECT_GT(max_param_diff(snapshot(plain), snapshot(model)), 1e-6);
+  EXPECT_FALSE(has_metric(sgd_update(plain, groups, options(), lr).result, "loss/router_aux_avg"));
 }

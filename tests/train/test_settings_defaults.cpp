@@ -19,6 +19,7 @@
 #include "core/dist/process_group.h"
 #include "core/train/optimizer.h"
 #include "core/train/policy_update.h"
+#include "core/train/reward_model.h"
 #include "core/train/rewards.h"
 #include "core/train/sft.h"
 #include "core/train/trainer_settings.h"
@@ -131,6 +132,7 @@ TEST(SettingsDefaults, TrainerSettingsEqualTheSchema) {
   EXPECT_DEFAULT(u, u_def, temperature, "rollout.temperature (the update's copy)");
   EXPECT_DEFAULT(u, u_def, logprob_chunk_tokens, "train.logprob_chunk_tokens");
   EXPECT_DEFAULT(u, u_def, max_grad_norm, "train.max_grad_norm (the update's copy)");
+  EXPECT_DEFAULT(u, u_def, router_aux_loss_coef, "train.router_aux_loss_coef");
   EXPECT_DEFAULT(u, u_def, old_logprobs, "train.old_logprobs");
   EXPECT_DEFAULT(u, u_def, aggregation, "algorithm.loss_aggregation");
   expect_kl_and_mismatch_defaults(u.kl, u.mismatch, "TrainerSettings::update");
@@ -168,6 +170,17 @@ TEST(SettingsDefaults, RewardOptionsEqualTheSchema) {
   EXPECT_DEFAULT(read, def, mask_truncated_completions, "reward.mask_truncated_completions");
   EXPECT_DEFAULT(read, def, num_threads, "reward.num_threads");
   EXPECT_DEFAULT(read, def, timeout_s, "reward.timeout_s");
+}
+
+TEST(SettingsDefaults, RewardModelSettingsEqualTheSchema) {
+  const RewardModelSettings read = reward_model_settings(default_configuration());
+  const RewardModelSettings def;
+  EXPECT_DEFAULT(read, def, path, "reward_model.path");
+  EXPECT_DEFAULT(read, def, weight, "reward_model.weight");
+  EXPECT_DEFAULT(read, def, normalize, "reward_model.normalize");
+  EXPECT_DEFAULT(read, def, batch_size, "reward_model.batch_size");
+  EXPECT_DEFAULT(read, def, max_tokens, "reward_model.max_tokens");
+  EXPECT_DEFAULT(read, def, chat_template, "reward_model.chat_template");
 }
 
 TEST(SettingsDefaults, DataOptionsEqualTheSchema) {

@@ -440,7 +440,7 @@ class Engine::Run {
       // Right padding: every prompt's tokens sit at cache positions [0, length).
       const at::Tensor hidden = e_.model_->hidden_states(input, core::AttentionLayout::padded(attention), prefix.get());
       const at::Tensor at_last = torch::tensor(last, torch::kLong).to(device_).view({k, 1, 1}).expand({k, 1, hidden.size(2)});
-      logits = torch::matmul(hidden.gather(1, at_last).view({k, -1}), lm_head_.t()).to(torch::kFloat);
+      logits = e_.model_->logits(hidden.gather(1, at_last).view({k, -1})).to(torch::kFloat);
       synchronize();
     } catch (const std::exception& e) {
       // Out of memory on a long prompt, say: those requests fail, the others go on.
@@ -570,7 +570,7 @@ class Engine::Run {
       const auto rows = static_cast<std::int64_t>(b - a), T = static_cast<std::int64_t>(feeds[a].size());
       const at::Tensor hidden = e_.model_->extend_slots(torch::tensor(flat, torch::kLong).view({rows, T}).to(device_), cache_,
                                                         first_row + static_cast<std::int64_t>(a));
-      const at::Tensor last = torch::matmul(hidden.select(1, T - 1), lm_head_.t()).to(torch::kFloat);
+      const at::Tensor last = e_.model_->logits(hidden.select(1, T - 1)).to(torch::kFloat);
       for (std::int64_t r = 0; r < rows; ++r) next_logits.push_back(last[r]);
       a = b;
     }
@@ -589,7 +589,7 @@ class Engine::Run {
     std::vector<int64_t> inputs(live_.size());
     for (std::size_t r = 0; r < live_.size(); ++r) inputs[r] = live_[r]->out.token_ids.back();
     const at::Tensor hidden = e_.model_->decode_slots(torch::tensor(inputs, torch::kLong).to(device_), cache_);
-    sample_and_accept(torch::matmul(hidden, lm_head_.t()), live_);
+    sample_and_accept(e_.model_->logits(hidden), live_);
     synchronize();
     e_.stats_.decode_s += seconds_between(td, Clock::now());
     e_.stats_.decode_tokens += rows;
