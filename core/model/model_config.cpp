@@ -78,17 +78,42 @@ RopeType parse_rope_type(const Reader& r, const std::string& key, const std::str
                   "a model whose positions would be encoded differently from the original");
 }
 
+void parse_rope_dict(const Reader& r, const std::string& k, const json* rope, const ModelConfig& c, RotaryConfig& out);
+
 // rope_scaling (transformers < 5) or rope_parameters (transformers 5), as modeling_rope_utils reads them.
+// transformers 5 may key rope_parameters by layer type (Gemma 3: full_attention, sliding_attention):
+// the full-attention entry is the model's rotary, the sliding one the sliding layers' (local_rope).
 void parse_rope(const Reader& r, ModelConfig& c) {
-  c.rope_theta = r.get_double("rope_theta", 10000.0);
   if (r.get_double("partial_rotary_factor", 1.0) != 1.0)
     r.fail("partial_rotary_factor", "partial rotary embeddings are not supported (expected 1.0)");
   const char* key = r.find("rope_parameters") ? "rope_parameters" : "rope_scaling";
   const json* rope = r.find(key);
-  if (!rope) return;
-  if (!rope->is_object()) r.fail(key, "expected an object or null");
-  const std::string k = key;
+  RotaryConfig global{r.get_double("rope_theta", 10000.0), {}};
+  if (rope && rope->is_object() && (rope->contains("full_attention") || rope->contains("sliding_attention"))) {
+    for (const auto& [layer_type, entry] : rope->items()) {
+      const std::string k = std::string(key) + "." + layer_type;
+      if (layer_type != "full_attention" && layer_type != "sliding_attention")
+        r.fail(k, "unknown layer type (expected full_attention or sliding_attention)");
+      RotaryConfig rotary{global.theta, {}};
+      parse_rope_dict(r, k, &entry, c, rotary);
+      if (layer_type == "full_attention") global = rotary;
+      else c.local_rope = rotary;
+    }
+  } else {
+    parse_rope_dict(r, key, rope, c, global);
+  }
+  c.rope_theta = global.theta;
+  c.rope_scaling = global.scaling;
+}
+
+// One RoPE dict (`k` names it in errors; null = none): its rope_theta and scaling into `out`.
+void parse_rope_dict(const Reader& r, const std::string& k, const json* rope, const ModelConfig& c, RotaryConfig& out) {
+  if (!rope || rope->is_null()) return;
+  if (!rope->is_object()) r.fail(k, "expected an object or null");
   std::string type = "default", type_key = k + ".rope_type";
+  for (const char* name : {"rope_type", "type"})
+    if (rope->contains(name) && !(*rope)[name].is_string() && !(*rope)[name].is_null())
+      r.fail(k + "." + name, "expected a string (a RoPE type name), got " + (*rope)[name].dump());
   if (rope->contains("rope_type") && (*rope)["rope_type"].is_string()) {
     type = (*rope)["rope_type"].get<std::string>();
   } else if (rope->contains("type") && (*rope)["type"].is_string()) {
@@ -97,7 +122,7 @@ void parse_rope(const Reader& r, ModelConfig& c) {
   }
   if (rope->contains("rope_theta")) {
     if (!(*rope)["rope_theta"].is_number()) r.fail(k + ".rope_theta", "expected a number");
-    c.rope_theta = (*rope)["rope_theta"].get<double>();
+    out.theta = (*rope)["rope_theta"].get<double>();
   }
   if (rope->contains("partial_rotary_factor") && (*rope)["partial_rotary_factor"].is_number() &&
       (*rope)["partial_rotary_factor"].get<double>() != 1.0)
@@ -176,7 +201,7 @@ void parse_rope(const Reader& r, ModelConfig& c) {
       if (top_level_original <= 0 && has("factor")) s.factor = number("factor", 1.0);
       break;
   }
-  c.rope_scaling = s;
+  out.scaling = s;
 }
 
 }  // namespace

@@ -62,6 +62,12 @@ enum class NormPlacement {
   kSandwich,  // h = x + norm(attn(norm(x))); h + norm(mlp(norm(h)))         (Gemma 2/3)
   kPostNorm,  // h = x + norm(attn(x)); h + norm(mlp(h))                     (OLMo 2)
 };
+// Where an RMSNorm's weight multiplies (all normalize in float32 first): the three transformers has.
+enum class RmsNormKind {
+  kCastThenScale,   // w * norm(x).to(dtype)                  (Llama, Qwen, Mistral, Phi-3)
+  kScaleThenCast,   // (w * norm(x)).to(dtype), w in float32  (OLMo 2)
+  kOffsetInFloat32, // (norm(x) * (1 + w)).to(dtype)          (Gemma; the stored w = 0 is the unit scale)
+};
 enum class QkNorm {
   kNone,
   kPerHead,   // RMSNorm over head_dim, each head, before rotary (Qwen3, Gemma 3)
@@ -94,7 +100,7 @@ struct ModelConfig {
   // ---- block features (the family files set them) ----
   Activation hidden_act = Activation::kSilu;
   NormPlacement norm_placement = NormPlacement::kPreNorm;
-  bool norm_weight_offset = false;    // Gemma: RMSNorm scales by (1 + w), in float32
+  RmsNormKind rms_norm_kind = RmsNormKind::kCastThenScale;
   double embedding_multiplier = 1.0;  // Gemma: sqrt(hidden_size), in the hidden states' dtype
   double attention_scale = 0.0;       // softmax scale; 0 = head_dim^-0.5 (Gemma: query_pre_attn_scalar^-0.5)
   double attn_logit_softcapping = 0.0;   // Gemma 2: scores = c * tanh(scores / c); 0 = off

@@ -152,15 +152,18 @@ void SlotKVCache::move_slot(int64_t from, int64_t to) {
 
 // ---- modules ------------------------------------------------------------------------------
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps, bool weight_offset) : eps_(eps), weight_offset_(weight_offset) {
-  weight = register_parameter("weight", weight_offset ? torch::zeros({dim}) : torch::ones({dim}));
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, RmsNormKind kind) : eps_(eps), kind_(kind) {
+  weight = register_parameter("weight", kind == RmsNormKind::kOffsetInFloat32 ? torch::zeros({dim}) : torch::ones({dim}));
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   auto h = x.to(torch::kFloat32);
   h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  // Gemma: (1 + w) in float32, then cast; Llama: cast, then scale.
-  if (weight_offset_) return (h * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
+  switch (kind_) {
+    case RmsNormKind::kOffsetInFloat32: return (h * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
+    case RmsNormKind::kScaleThenCast: return (weight.to(torch::kFloat32) * h).to(x.scalar_type());
+    case RmsNormKind::kCastThenScale: break;
+  }
   return weight * h.to(x.scalar_type());
 }
 
@@ -299,11 +302,11 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, int64_t layer_index)
   }
   o_proj = projection(ProjectionRole::kOutput, q_out, c.hidden_size, c.o_proj_bias);
   if (c.qk_norm == QkNorm::kPerHead) {
-    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, c.norm_weight_offset));
-    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, c.norm_weight_offset));
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, c.rms_norm_kind));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, c.rms_norm_kind));
   } else if (c.qk_norm == QkNorm::kAllHeads) {
-    q_norm = register_module("q_norm", RMSNorm(q_out, c.rms_norm_eps, c.norm_weight_offset));
-    k_norm = register_module("k_norm", RMSNorm(kv_out, c.rms_norm_eps, c.norm_weight_offset));
+    q_norm = register_module("q_norm", RMSNorm(q_out, c.rms_norm_eps, c.rms_norm_kind));
+    k_norm = register_module("k_norm", RMSNorm(kv_out, c.rms_norm_eps, c.rms_norm_kind));
   }
 }
 
@@ -486,7 +489,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer_index) : 
   if (c.is_moe(layer_index)) moe = register_module("mlp", SparseMoeBlock(c, layer_index));
   else mlp = register_module("mlp", MLP(c, layer_index, c.intermediate_size));
   auto norm = [&](const char* name) {
-    return register_module(name, RMSNorm(c.hidden_size, c.rms_norm_eps, c.norm_weight_offset));
+    return register_module(name, RMSNorm(c.hidden_size, c.rms_norm_eps, c.rms_norm_kind));
   };
   if (placement_ != NormPlacement::kPostNorm) input_layernorm = norm("input_layernorm");
   post_attention_layernorm = norm("post_attention_layernorm");
@@ -517,7 +520,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& c) {
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i));
-  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, c.norm_weight_offset));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, c.rms_norm_kind));
 }
 
 CausalLMImpl::CausalLMImpl(ModelConfig config) : config_(std::move(config)), rotary_(config_) {
@@ -540,7 +543,10 @@ torch::Tensor CausalLMImpl::logits(const torch::Tensor& hidden) const {
   if (score) throw std::logic_error("a sequence-classification model has no LM head: use sequence_scores()");
   auto z = torch::matmul(hidden, lm_head_weight().t());
   const double cap = config_.final_logit_softcapping;
-  return cap > 0 ? torch::tanh(z / cap) * cap : z;
+  if (cap <= 0) return z;
+  // In float32, as token_logprobs caps: a bf16 tanh near the cap (spacing 0.125 at 30) would make
+  // the engine's log-probs differ from the trainer's by more than the matmul's rounding.
+  return torch::tanh(z.to(torch::kFloat32) / cap) * cap;
 }
 
 LogProbOptions CausalLMImpl::logprob_options(LogProbOptions options) const {
@@ -758,7 +764,7 @@ void CausalLMImpl::init_weights(double std, uint64_t seed) {
       return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
     };
     if (is("norm.weight") || is("layernorm.weight")) {
-      p.fill_(config_.norm_weight_offset ? 0.0 : 1.0);  // Gemma's (1 + w): w = 0 is the unit scale
+      p.fill_(config_.rms_norm_kind == RmsNormKind::kOffsetInFloat32 ? 0.0 : 1.0);  // Gemma's (1 + w): w = 0 is the unit scale
     } else if (is(".bias")) {
       p.zero_();
     } else {

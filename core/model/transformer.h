@@ -132,18 +132,17 @@ struct RotaryTables {
   torch::Tensor local_cos, local_sin;  // undefined unless the config has a local_rope
 };
 
-// transformers' RMSNorm. weight_offset (Gemma): scale by (1 + w), computed in float32 before the
-// cast back; otherwise the Llama order, cast back then scaled by w.
+// transformers' RMSNorm: normalize in float32, then apply the weight as `kind` says (model_config.h).
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps, bool weight_offset = false);
+  RMSNormImpl(int64_t dim, double eps, RmsNormKind kind = RmsNormKind::kCastThenScale);
   torch::Tensor forward(const torch::Tensor& x);
-  bool weight_offset() const { return weight_offset_; }
+  RmsNormKind kind() const { return kind_; }
   torch::Tensor weight;
 
  private:
   double eps_;
-  bool weight_offset_;
+  RmsNormKind kind_;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -295,8 +294,8 @@ class CausalLMImpl : public torch::nn::Module {
   // Logits [B, T, vocab] = hidden_states() followed by logits().
   torch::Tensor forward(const torch::Tensor& input_ids, const AttentionLayout& layout,
                         KVCache* cache = nullptr);
-  // The LM head on final hidden states [..., hidden] -> [..., vocab], soft-capped when the config
-  // says so (final_logit_softcapping). Every logit of the model goes through here or through
+  // The LM head on final hidden states [..., hidden] -> [..., vocab], in the model's dtype; when the
+  // config soft-caps (final_logit_softcapping), capped in float32 and returned in float32. Every logit of the model goes through here or through
   // token_logprobs with logprob_options().
   torch::Tensor logits(const torch::Tensor& hidden) const;
   // `options` with what the model adds to its logits (the soft-cap), for token_logprobs.

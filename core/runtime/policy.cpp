@@ -275,6 +275,10 @@ PolicyFiles check_policy_files(const PolicySpec& spec) {
     } catch (const std::exception& e) {
       fail_at_key(spec.model_node, "model.path", e.what());
     }
+    if (files.model_config.head != ModelHead::kCausalLM)
+      fail_at_key(spec.model_node, "model.path",
+                  config_json + " names a *ForSequenceClassification (a reward model: its score head has no vocabulary); "
+                  "the policy is a *ForCausalLM. A reward model goes under reward_model.path");
     if (spec.lora.enabled()) check_lora_against_model(spec, files.model_config);
   }
   if (!spec.tokenizer_path.empty()) {

@@ -559,6 +559,9 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
       if (on) model->set_record_router_logits(false);
     }
   } recording{policy, o.router_aux_loss_coef > 0 && policy->config().num_experts > 0};
+  if (recording.on && policy->gradient_checkpointing())
+    throw std::invalid_argument("update: the router load-balancing loss needs the routers' graph, which activation "
+                                "checkpointing drops (train.router_aux_loss_coef with train.gradient_checkpointing)");
   if (recording.on) policy->set_record_router_logits(true);
   UpdateResult result;
   StepTotals totals;

@@ -55,14 +55,30 @@ ModelConfig check_reward_model_config(const RewardModelSettings& settings, const
 }
 
 RewardModel::RewardModel(const RewardModelSettings& settings, torch::Dtype dtype, torch::Device device,
-                         Precision precision, const sdk::ConfigValue* node)
+                         Precision precision, const sdk::ConfigValue* root)
     : settings_(settings), device_(device), precision_(precision) {
+  const sdk::ConfigValue* node = root ? find_config_node(*root, {"reward_model", "path"}) : nullptr;
+  const sdk::ConfigValue* template_node = root ? find_config_node(*root, {"reward_model", "chat_template"}) : nullptr;
   const ModelConfig config = check_reward_model_config(settings, node);
-  model_ = load_model(settings.path, dtype, device).model;
+  try {
+    model_ = load_model(settings.path, dtype, device).model;
+    tokenizer_.emplace(Tokenizer::load(settings.path));
+  } catch (const std::exception& e) {
+    fail_at_key(node, "reward_model.path", e.what());
+  }
   model_->eval();
   for (auto& p : model_->parameters()) p.set_requires_grad(false);
-  tokenizer_.emplace(Tokenizer::load(settings.path));
-  template_.emplace(ChatTemplate::resolve(settings.chat_template, *tokenizer_));
+  try {
+    template_.emplace(ChatTemplate::resolve(settings.chat_template, *tokenizer_));
+  } catch (const std::exception& e) {
+    fail_at_key(template_node, "reward_model.chat_template", e.what());
+  }
+  // A reward model scores the text as it was trained to see it: a silent chatml stand-in would
+  // give plausible-looking, meaningless scores.
+  if (template_->fell_back())
+    fail_at_key(template_node, "reward_model.chat_template",
+                settings.path + " has no chat template of its own; name the one it was trained with (a built-in "
+                "name or a Jinja file)");
   max_tokens_ = settings.max_tokens > 0 ? settings.max_tokens : config.max_position_embeddings;
   pad_id_ = config.pad_token_id ? *config.pad_token_id : 0;
   spdlog::info("reward model: {} ({}, {} layers, chat template {}), weight {}, normalize {}, batches of {}",
@@ -89,8 +105,9 @@ std::vector<double> RewardModel::score(const std::vector<std::vector<ChatMessage
     std::vector<int> ids = tokenizer_->encode(render(prompts[i], completions[i]));
     if (ids.empty()) ids.push_back(static_cast<int>(pad_id_));  // an empty rendering still gets a (meaningless) score
     if (static_cast<std::int64_t>(ids.size()) > max_tokens_) {
-      // Keep the end: the score is read at the last token, and the completion is what is judged.
-      ids.erase(ids.begin(), ids.end() - max_tokens_);
+      // Keep the end (the score is read at the last token, and the completion is what is judged)
+      // and the first token (BOS, where the template writes one).
+      ids.erase(ids.begin() + 1, ids.end() - (max_tokens_ - 1));
       ++truncated_;
     }
     sequences.push_back(std::move(ids));
@@ -151,10 +168,10 @@ MetricList RewardModel::score_groups(std::vector<Group>& groups) {
     }
   return {{"reward/model/score", mean},
           {"reward/model/score_std", std},
-          {"reward/model/score_min", *std::min_element(scores.begin(), scores.end())},
-          {"reward/model/score_max", *std::max_element(scores.begin(), scores.end())},
+          {"reward/model/score/min", *std::min_element(scores.begin(), scores.end())},  // (ranks: min, max)
+          {"reward/model/score/max", *std::max_element(scores.begin(), scores.end())},
           {"reward/model/reward", reward_sum / n},
-          {"reward/model/truncated", static_cast<double>(truncated_)}};
+          {"reward/model/truncated_rate", static_cast<double>(truncated_) / n}};
 }
 
 }  // namespace grpo::core

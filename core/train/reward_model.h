@@ -49,12 +49,12 @@ ModelConfig check_reward_model_config(const RewardModelSettings& settings, const
 class RewardModel {
  public:
   // Loads the checkpoint at settings.path (config.json must name a *ForSequenceClassification
-  // with one label; tokenizer.json beside it) in `dtype` on `device`; scoring runs under
-  // `precision` (bf16-mixed: bfloat16 matmuls). Throws sdk::ConfigError at reward_model.path
-  // (via `node`, may be null) for a checkpoint that is not a one-label reward model, and the
-  // model's and tokenizer's own errors for broken files.
+  // with one label; tokenizer.json and a chat template beside it, or reward_model.chat_template)
+  // in `dtype` on `device`; scoring runs under `precision` (bf16-mixed: bfloat16 matmuls).
+  // Throws sdk::ConfigError at reward_model.path or reward_model.chat_template of `root` (the
+  // configuration, for error locations; may be null) naming the file and the problem.
   RewardModel(const RewardModelSettings& settings, torch::Dtype dtype, torch::Device device, Precision precision,
-              const sdk::ConfigValue* node = nullptr);
+              const sdk::ConfigValue* root = nullptr);
 
   // The raw score of each (messages, completion) pair, in order.
   std::vector<double> score(const std::vector<std::vector<ChatMessage>>& prompts, const std::vector<std::string>& completions);
@@ -62,9 +62,10 @@ class RewardModel {
   std::string render(const std::vector<ChatMessage>& prompt, const std::string& completion) const;
 
   // Scores every sample of `groups` and sets Sample::model_reward = weight * (normalized) score.
-  // Returns reward/model/score (mean raw score), reward/model/score_std, reward/model/score_min,
-  // reward/model/score_max, reward/model/reward (mean model_reward) and reward/model/truncated
-  // (pairs cut to max_tokens).
+  // Returns reward/model/score (mean raw score), reward/model/score_std, reward/model/score/min,
+  // reward/model/score/max, reward/model/reward (mean model_reward) and
+  // reward/model/truncated_rate (share of pairs cut to max_tokens). normalize: batch standardizes
+  // over the samples of this call (one generation batch of this rank).
   MetricList score_groups(std::vector<Group>& groups);
 
   const RewardModelSettings& settings() const { return settings_; }

@@ -190,8 +190,7 @@ bool Trainer::prepare() {
     // (as the reference model).
     torch::Dtype dtype = dtype_from_name(policy_spec_.dtype, "model.dtype");
     if (policy_spec_.precision == Precision::kBf16Mixed) dtype = torch::kBFloat16;
-    reward_model_ = std::make_unique<RewardModel>(job_.reward_model, dtype, policy_spec_.device, policy_spec_.precision,
-                                                  find_config_node(config_, {"reward_model", "path"}));
+    reward_model_ = std::make_unique<RewardModel>(job_.reward_model, dtype, policy_spec_.device, policy_spec_.precision, &config_);
     ctx_->reward_model = reward_model_.get();
   }
   if (tools_)

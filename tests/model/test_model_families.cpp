@@ -58,7 +58,7 @@ TEST(FamilyConfig, Gemma2) {
   EXPECT_EQ(c.architecture, ModelArchitecture::Gemma2);
   EXPECT_EQ(c.head_dim, 32);
   EXPECT_EQ(c.norm_placement, NormPlacement::kSandwich);
-  EXPECT_TRUE(c.norm_weight_offset);
+  EXPECT_EQ(c.rms_norm_kind, RmsNormKind::kOffsetInFloat32);
   EXPECT_EQ(c.hidden_act, Activation::kGeluTanh);
   EXPECT_DOUBLE_EQ(c.embedding_multiplier, 8.0);  // sqrt(64)
   EXPECT_DOUBLE_EQ(c.attention_scale, 1.0 / std::sqrt(24.0));
@@ -112,6 +112,7 @@ TEST(FamilyConfig, Olmo2) {
   const ModelConfig c = config_of("olmo2");
   EXPECT_EQ(c.norm_placement, NormPlacement::kPostNorm);
   EXPECT_EQ(c.qk_norm, QkNorm::kAllHeads);
+  EXPECT_EQ(c.rms_norm_kind, RmsNormKind::kScaleThenCast);
   const auto names = CausalLM(c)->named_parameters().keys();
   EXPECT_EQ(std::count(names.begin(), names.end(), "model.layers.0.input_layernorm.weight"), 0);
   EXPECT_EQ(std::count(names.begin(), names.end(), "model.layers.0.post_feedforward_layernorm.weight"), 1);
@@ -350,6 +351,45 @@ TEST(FamilyConfig, AKeyTheFamilyNeedsIsNamed) {
   j = config_json("qwen2_moe");
   j["mlp_only_layers"] = {5};
   EXPECT_NE(error_for(j).find("mlp_only_layers[0]: expected an integer in [0, 3)"), std::string::npos) << error_for(j);
+}
+
+TEST(FamilyConfig, Transformers5RopeParametersByLayerType) {
+  // Gemma 3 as transformers 5 writes it: no rope_theta / rope_local_base_freq at the top level.
+  json j = config_json("gemma3");
+  j.erase("rope_theta");
+  j.erase("rope_scaling");
+  j.erase("rope_local_base_freq");
+  j["rope_parameters"] = {{"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1000000.0}}},
+                          {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 5000.0}}}};
+  const ModelConfig c = parse_model_config(j.dump(), "x");
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1000000.0);
+  EXPECT_EQ(c.rope_scaling.type, RopeType::kLinear);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 8.0);
+  ASSERT_TRUE(c.local_rope.has_value());
+  EXPECT_DOUBLE_EQ(c.local_rope->theta, 5000.0);
+  EXPECT_EQ(c.local_rope->scaling.type, RopeType::kDefault);
+  j["rope_parameters"]["chunked_attention"] = {{"rope_type", "default"}};
+  EXPECT_NE(error_for(j).find("rope_parameters.chunked_attention: unknown layer type"), std::string::npos) << error_for(j);
+}
+
+TEST(FamilyConfig, MistralWindowDefaultsLikeMistralConfig) {
+  json j = config_json("mistral");
+  j.erase("sliding_window");
+  EXPECT_EQ(parse_model_config(j.dump(), "x").sliding_window, 4096);  // MistralConfig's default
+  j["sliding_window"] = nullptr;
+  const ModelConfig full = parse_model_config(j.dump(), "x");
+  EXPECT_EQ(full.sliding_window, 0);
+  EXPECT_FALSE(full.is_sliding(0));
+}
+
+TEST(FamilyConfig, RopeTypeMustBeAString) {
+  json j = config_json("llama");
+  j["rope_scaling"]["rope_type"] = 3;
+  EXPECT_NE(error_for(j).find("rope_scaling.rope_type: expected a string"), std::string::npos) << error_for(j);
+  j = config_json("qwen3_moe");
+  j["use_sliding_window"] = true;
+  EXPECT_NE(error_for(j).find("use_sliding_window: sliding windows of Qwen3-MoE are not implemented"), std::string::npos)
+      << error_for(j);
 }
 
 TEST(FamilyConfig, QwenSlidingWindowsFollowMaxWindowLayers) {

@@ -13,6 +13,8 @@
 
 #include "core/model/checkpoint.h"
 #include "core/train/reward_model.h"
+#include "grpo/sdk/config_view.h"
+#include "tests/support/error_of.h"
 #include "tests/support/metrics_jsonl.h"
 #include "tests/support/test_dir.h"
 #include "tests/train/digit_task_runs.h"
@@ -88,7 +90,7 @@ TEST(RewardModelScoring, LongPairsKeepTheirEnd) {
   torch::NoGradGuard no_grad;
   std::vector<int> ids = Tokenizer::load(dir).encode(rm.render(user("482"), long_answer));
   ASSERT_GT(ids.size(), 12u);
-  ids.erase(ids.begin(), ids.end() - 12);
+  ids.erase(ids.begin() + 1, ids.end() - 11);  // the first token and the last 11
   auto x = torch::tensor(std::vector<std::int64_t>(ids.begin(), ids.end())).unsqueeze(0);
   EXPECT_NEAR(cut, model->sequence_scores(x, torch::ones_like(x))[0][0].item<double>(), 1e-5);
 }
@@ -151,6 +153,29 @@ TEST(RewardModelTraining, RunsWithAVerifierAndItsMetricsShowBoth) {
     EXPECT_GT(line.at("reward/model/score_std").get<double>(), 0.0) << line.dump();
   }
   EXPECT_EQ(steps, 2) << out;
+}
+
+TEST(RewardModelScoring, AModelWithoutAChatTemplateNeedsOneNamed) {
+  const std::string dir = fresh_test_dir("reward-model") + "/rm";
+  make_reward_model(dir, 9);
+  std::filesystem::remove(dir + "/tokenizer_config.json");  // no template of its own
+  const std::string message = grpo::testing::error_of<grpo::sdk::ConfigError>(
+      [&] { RewardModel(settings_for(dir), torch::kFloat32, torch::kCPU, Precision::kFp32); });
+  EXPECT_NE(message.find("reward_model.chat_template"), std::string::npos) << message;
+  EXPECT_NE(message.find("has no chat template of its own"), std::string::npos) << message;
+  RewardModelSettings named = settings_for(dir);
+  named.chat_template = "chatml";
+  EXPECT_NO_THROW(RewardModel(named, torch::kFloat32, torch::kCPU, Precision::kFp32));
+}
+
+TEST(RewardModelTraining, ARewardModelIsNotAPolicy) {
+  const std::string dir = fresh_test_dir("reward-model");
+  const std::string rm = make_reward_model(dir + "/rm", 10);
+  const std::string config = grpo::testing::write_config(dir, dir + "/run", rm);
+  int code = 0;
+  const std::string out = grpo::testing::run_grpo("--validate --config " + config, &code);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("model.path: " + rm + "/config.json names a *ForSequenceClassification"), std::string::npos) << out;
 }
 
 TEST(RewardModelTraining, ACausalLmIsNotARewardModel) {

@@ -134,9 +134,11 @@ void write_sliding_layers(const ModelConfig& c, json& out) {
   set_default(out, "layer_types", types);
 }
 
-void refuse_sliding_window(const ConfigReader& r, const char* family) {
+void refuse_sliding_window(const ConfigReader& r, const char* family, bool unsupported_here) {
   if (r.get_bool("use_sliding_window", false))
-    r.fail("use_sliding_window", std::string(family) + " has no sliding-window attention in transformers (expected false)");
+    r.fail("use_sliding_window", unsupported_here ? std::string("sliding windows of ") + family +
+                                                        " are not implemented (no released checkpoint uses them; expected false)"
+                                                  : std::string(family) + " has no sliding-window attention in transformers (expected false)");
   if (const json* types = r.find("layer_types"))
     if (types->is_array())
       for (std::size_t i = 0; i < types->size(); ++i)
@@ -154,8 +156,21 @@ void read_qwen_sliding_window(const ConfigReader& r, ModelConfig& c) {
     return;
   }
   const bool use = r.get_bool("use_sliding_window", false);
-  const int64_t max_window_layers = r.find("max_window_layers") ? r.get_int("max_window_layers", 0) : 28;
+  int64_t max_window_layers = 28;  // Qwen2Config's default
+  if (const json* v = r.find("max_window_layers")) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 0) r.fail("max_window_layers", "expected an integer >= 0");
+    max_window_layers = v->get<int64_t>();
+  }
   read_sliding_layers(r, c, [&](int64_t layer) { return use && layer >= max_window_layers; });
+}
+
+void write_qwen_sliding_window(const ModelConfig& c, json& out) {
+  set_default(out, "use_sliding_window", c.sliding_window > 0);
+  set_default(out, "sliding_window", c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr));
+  int64_t first_sliding = c.num_hidden_layers;
+  for (int64_t i = c.num_hidden_layers - 1; i >= 0; --i)
+    if (c.is_sliding(i)) first_sliding = i;
+  set_default(out, "max_window_layers", first_sliding);
 }
 
 void read_qwen_moe(const ConfigReader& r, ModelConfig& c) {

@@ -77,10 +77,12 @@ void read_sliding_layers(const ConfigReader& r, ModelConfig& c, const std::funct
                          int64_t default_window = 0);
 // Writes `sliding_window` and `layer_types` back.
 void write_sliding_layers(const ModelConfig& c, nlohmann::json& out);
-// Refuses a sliding window that config.json turns on where this family has none.
-void refuse_sliding_window(const ConfigReader& r, const char* family);
+// Refuses a sliding window that config.json turns on where this family has none (or, with
+// `unsupported_here`, where transformers has one that grpo-cpp does not implement).
+void refuse_sliding_window(const ConfigReader& r, const char* family, bool unsupported_here = false);
 // The Qwen2/Qwen3 rule: `use_sliding_window` makes layers >= `max_window_layers` slide.
 void read_qwen_sliding_window(const ConfigReader& r, ModelConfig& c);
+void write_qwen_sliding_window(const ModelConfig& c, nlohmann::json& out);
 // Qwen2-MoE / Qwen3-MoE's expert keys (num_experts, ..., mlp_only_layers, decoder_sparse_step).
 void read_qwen_moe(const ConfigReader& r, ModelConfig& c);
 void write_qwen_moe(const ModelConfig& c, nlohmann::json& out);

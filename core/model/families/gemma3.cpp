@@ -15,9 +15,11 @@ void read(const ConfigReader& r, ModelConfig& c) {
   c.attn_logit_softcapping = read_softcap(r, "attn_logit_softcapping", 0.0);
   c.final_logit_softcapping = read_softcap(r, "final_logit_softcapping", 0.0);
   if (!r.has("rope_theta") && !r.has("rope_parameters")) c.rope_theta = 1000000.0;  // Gemma3TextConfig's default
-  RotaryConfig local;
-  local.theta = r.get_double("rope_local_base_freq", 10000.0);
-  c.local_rope = local;
+  if (!c.local_rope) {  // (transformers 5 gives it as rope_parameters.sliding_attention, read already)
+    RotaryConfig local;
+    local.theta = r.get_double("rope_local_base_freq", 10000.0);
+    c.local_rope = local;
+  }
   const int64_t pattern = r.get_int("sliding_window_pattern", 6);
   read_sliding_layers(r, c, [&](int64_t layer) { return (layer + 1) % pattern != 0; }, /*Gemma3TextConfig's*/ 4096);
 }
@@ -30,6 +32,6 @@ void write(const ModelConfig& c, json& out) {
 }  // namespace
 
 extern const ModelFamily kGemma3Family{ModelArchitecture::Gemma3, "Gemma3ForCausalLM",
-                                       "Gemma3ForSequenceClassification", "gemma3_text", 256, read, write};
+                                       "Gemma3TextForSequenceClassification", "gemma3_text", 256, read, write};
 
 }  // namespace grpo::core

@@ -11,6 +11,7 @@ using json = nlohmann::json;
 void read(const ConfigReader& r, ModelConfig& c) {
   c.norm_placement = NormPlacement::kPostNorm;
   c.qk_norm = QkNorm::kAllHeads;
+  c.rms_norm_kind = RmsNormKind::kScaleThenCast;  // Olmo2RMSNorm: weight * norm(x) in float32, then cast
   c.qkv_bias = c.o_proj_bias = r.get_bool("attention_bias", false);
   refuse_sliding_window(r, "OLMo 2");
 }

@@ -11,7 +11,8 @@ using json = nlohmann::json;
 void read(const ConfigReader& r, ModelConfig& c) {
   c.qkv_bias = r.get_bool("qkv_bias", true);
   c.o_proj_bias = false;
-  read_qwen_sliding_window(r, c);
+  // transformers 5 slides layers by a rule of its own here, and no released checkpoint uses one.
+  refuse_sliding_window(r, "Qwen2-MoE", /*unsupported_here=*/true);
   read_qwen_moe(r, c);
   c.shared_expert_intermediate_size = r.require_int("shared_expert_intermediate_size");
 }
@@ -19,7 +20,7 @@ void read(const ConfigReader& r, ModelConfig& c) {
 void write(const ModelConfig& c, json& out) {
   write_qwen_moe(c, out);
   set_default(out, "shared_expert_intermediate_size", c.shared_expert_intermediate_size);
-  set_default(out, "use_sliding_window", c.sliding_window > 0);
+  set_default(out, "use_sliding_window", false);
 }
 
 }  // namespace

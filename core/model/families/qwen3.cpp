@@ -15,7 +15,7 @@ void read(const ConfigReader& r, ModelConfig& c) {
 
 void write(const ModelConfig& c, json& out) {
   set_default(out, "attention_bias", c.qkv_bias);
-  set_default(out, "use_sliding_window", c.sliding_window > 0);
+  write_qwen_sliding_window(c, out);
 }
 
 }  // namespace

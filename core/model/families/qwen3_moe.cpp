@@ -10,14 +10,14 @@ using json = nlohmann::json;
 void read(const ConfigReader& r, ModelConfig& c) {
   c.qkv_bias = c.o_proj_bias = r.get_bool("attention_bias", false);
   c.qk_norm = QkNorm::kPerHead;
-  read_qwen_sliding_window(r, c);
+  refuse_sliding_window(r, "Qwen3-MoE", /*unsupported_here=*/true);  // no released checkpoint slides
   read_qwen_moe(r, c);
 }
 
 void write(const ModelConfig& c, json& out) {
   set_default(out, "attention_bias", c.qkv_bias);
   write_qwen_moe(c, out);
-  set_default(out, "use_sliding_window", c.sliding_window > 0);
+  set_default(out, "use_sliding_window", false);
 }
 
 }  // namespace
