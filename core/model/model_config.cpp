@@ -29,8 +29,7 @@ std::vector<std::string> architecture_names() {
 }
 
 Named parse_architecture(const Reader& r) {
-  std::vector<std::string> types;
-  for (const ModelFamily* f : model_families()) types.push_back(f->model_type);
+  const std::vector<std::string>& types = supported_model_types();
   std::optional<Named> from_arch;
   if (const json* archs = r.find("architectures")) {
     if (!archs->is_array() || archs->size() != 1 || !(*archs)[0].is_string())
@@ -40,12 +39,10 @@ Named parse_architecture(const Reader& r) {
       if (name == f->causal_lm) from_arch = Named{f, ModelHead::kCausalLM};
       if (name == f->sequence_classification) from_arch = Named{f, ModelHead::kSequenceClassification};
     }
-    if (!from_arch) {
-      std::vector<std::string> causal;
-      for (const ModelFamily* f : model_families()) causal.push_back(f->causal_lm);
+    if (!from_arch)
       r.fail("architectures", "unsupported architecture '" + name + "'" + did_you_mean(name, architecture_names()) +
-                                  "; supported: " + join(causal, ", ") + " (and their *ForSequenceClassification)");
-    }
+                                  "; supported: " + join(supported_architectures(), ", ") +
+                                  " (and their *ForSequenceClassification)");
   }
   const std::string model_type = r.get_string("model_type", "");
   const ModelFamily* from_type = nullptr;
@@ -58,9 +55,7 @@ Named parse_architecture(const Reader& r) {
   }
   if (from_arch && from_type && from_arch->family != from_type)
     r.fail("model_type", "'" + model_type + "' does not match architectures [\"" +
-                             (from_arch->head == ModelHead::kCausalLM ? from_arch->family->causal_lm
-                                                                       : from_arch->family->sequence_classification) +
-                             "\"]");
+                             from_arch->family->architecture(from_arch->head) + "\"]");
   if (from_arch) return *from_arch;
   if (from_type) return Named{from_type, ModelHead::kCausalLM};
   r.fail("architectures", "missing (and no model_type): expected e.g. [\"Qwen2ForCausalLM\"]");
@@ -362,8 +357,7 @@ std::string model_config_to_json(const ModelConfig& c, const std::string& dtype_
     }
   }
   const ModelFamily& family = family_of(c.architecture);
-  j["architectures"] =
-      json::array({c.head == ModelHead::kCausalLM ? family.causal_lm : family.sequence_classification});
+  j["architectures"] = json::array({family.architecture(c.head)});
   j["model_type"] = family.model_type;
   if (c.head == ModelHead::kSequenceClassification && !j.contains("id2label")) {
     json labels = json::object();

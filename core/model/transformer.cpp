@@ -169,11 +169,13 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 
 namespace {
 
-// 1 / theta^(2i/d), computed in float32 as transformers does.
-torch::Tensor default_inv_freq(double theta, int64_t dim) {
+// theta^(2i/d), i < d/2, computed in float32 as transformers does: every scaling starts from it.
+torch::Tensor theta_powers(double theta, int64_t dim) {
   auto exponents = torch::arange(0, dim, 2, torch::kLong).to(torch::kFloat32) / static_cast<double>(dim);
-  return 1.0 / torch::pow(torch::scalar_tensor(theta, torch::kFloat32), exponents);
+  return torch::pow(torch::scalar_tensor(theta, torch::kFloat32), exponents);
 }
+
+torch::Tensor default_inv_freq(double theta, int64_t dim) { return 1.0 / theta_powers(theta, dim); }
 
 // transformers' _compute_llama3_parameters: long wavelengths are slowed down by `factor`, short
 // ones kept, and the band between interpolated smoothly.
@@ -194,8 +196,7 @@ double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 
 // transformers' _compute_yarn_parameters: frequencies below the correction range interpolated
 // (divided by factor), above it extrapolated (kept), a linear ramp between.
 torch::Tensor yarn_inv_freq(double theta, int64_t dim, const RopeScaling& s) {
-  auto pos_freqs = torch::pow(torch::scalar_tensor(theta, torch::kFloat32),
-                              torch::arange(0, dim, 2, torch::kLong).to(torch::kFloat32) / static_cast<double>(dim));
+  auto pos_freqs = theta_powers(theta, dim);
   auto extrapolation = 1.0 / pos_freqs;
   auto interpolation = 1.0 / (s.factor * pos_freqs);
   const double original = static_cast<double>(s.original_max_position_embeddings);
@@ -217,8 +218,7 @@ torch::Tensor yarn_inv_freq(double theta, int64_t dim, const RopeScaling& s) {
 
 torch::Tensor longrope_inv_freq(double theta, int64_t dim, const std::vector<double>& factors) {
   auto ext = torch::tensor(factors, torch::kFloat64).to(torch::kFloat32);
-  auto shape = torch::arange(0, dim, 2, torch::kLong).to(torch::kFloat32) / static_cast<double>(dim);
-  return 1.0 / (ext * torch::pow(torch::scalar_tensor(theta, torch::kFloat32), shape));
+  return 1.0 / (ext * theta_powers(theta, dim));
 }
 
 }  // namespace

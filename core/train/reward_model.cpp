@@ -153,21 +153,21 @@ MetricList RewardModel::score_groups(std::vector<Group>& groups) {
   for (double v : scores) mean += v;
   mean /= n;
   for (double v : scores) sq += (v - mean) * (v - mean);
-  const double std = std::sqrt(sq / n);
+  const double spread = std::sqrt(sq / n);
   double reward_sum = 0;
   std::size_t i = 0;
   for (Group& g : groups)
     for (Sample& s : g.samples) {
-      double v = scores[i++];
+      const double raw = scores[i++];
       // Standardized over the samples this rank scored in this call (1e-8 keeps an all-equal
       // batch at 0 instead of dividing by zero).
-      if (settings_.normalize == RewardNormalization::kBatch) v = (v - mean) / (std + 1e-8);
-      s.reward_model_score = scores[i - 1];
+      const double v = settings_.normalize == RewardNormalization::kBatch ? (raw - mean) / (spread + 1e-8) : raw;
+      s.reward_model_score = raw;
       s.model_reward = settings_.weight * v;
       reward_sum += s.model_reward;
     }
   return {{"reward/model/score", mean},
-          {"reward/model/score_std", std},
+          {"reward/model/score_std", spread},
           {"reward/model/score/min", *std::min_element(scores.begin(), scores.end())},  // (ranks: min, max)
           {"reward/model/score/max", *std::max_element(scores.begin(), scores.end())},
           {"reward/model/reward", reward_sum / n},

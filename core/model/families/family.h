@@ -56,6 +56,11 @@ struct ModelFamily {
   void (*read)(const ConfigReader& reader, ModelConfig& config);
   // Writes the family's own keys into config.json's object (the shared ones are written already).
   void (*write)(const ModelConfig& config, nlohmann::json& out);
+
+  // config.json's architectures[0] for a model of this family with `head`.
+  const char* architecture(ModelHead head) const {
+    return head == ModelHead::kCausalLM ? causal_lm : sequence_classification;
+  }
 };
 
 // Every family, in ModelArchitecture order (registry.cpp).
