@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages grpo-cpp needs to build, test and run, then fetches the
-# reference tokenizers the parity test compares against (npm, into .cache/). Idempotent:
-# packages already installed are left alone, `apt-get update` runs only when one is
-# missing, and the npm fetch is skipped when its cache is present. Works as root, or
-# through sudo otherwise.
+# Installs the Debian packages grpo-cpp needs to build, test and run, then the references the
+# parity tests compare against: the reference tokenizers and JavaScript ports from the project's
+# reference data (scripts/fetch-reference-tokenizers.sh, into .cache/; no npm registry) and the
+# pinned Python environment .venv/ (scripts/make-reference-venv.sh: torch, transformers, peft,
+# tokenizers from PyPI). Idempotent: packages already installed are left alone, `apt-get update`
+# runs only when one is missing, and each reference step is skipped when its result is present
+# (a second run takes about a second). Works as root, or through sudo otherwise.
 #
 #   scripts/install-deps.sh             build + test dependencies (what `make test` needs)
 #   scripts/install-deps.sh --fuzz      also clang and its sanitizer/libFuzzer runtime
@@ -45,8 +47,9 @@ PACKAGES=(
   valgrind
   # faster rebuilds
   ccache
-  # npm fetches the reference tokenizers for the tokenizer parity test
-  nodejs npm
+  # node runs Hugging Face's JavaScript tokenizer and Jinja ports in the parity tests (installed
+  # offline from the reference data); python3-venv makes .venv/ for the Python references
+  nodejs npm python3-venv
 )
 
 for arg in "$@"; do
@@ -89,3 +92,4 @@ else
 fi
 
 "$(dirname "$0")/fetch-reference-tokenizers.sh"
+"$(dirname "$0")/make-reference-venv.sh"
