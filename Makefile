@@ -6,12 +6,13 @@
 # configs/quickstart-lora.yaml, docs/lora.md), PYTHON_REWARD=1 (the math reward as a Python
 # function: configs/quickstart-python-reward.yaml, docs/python-rewards.md) and TASK=tools (the
 # tool demo: the policy learns to call a calculator, configs/quickstart-tools.yaml, docs/tools.md).
+# The CUDA build and the GPU check: gpu-build, gpu-bundle, gpu-check (below, docs/gpu.md).
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test demo bench fuzz clean
+.PHONY: all deps configure build test demo bench fuzz clean gpu-build gpu-bundle gpu-check
 
 all: build
 
@@ -49,5 +50,20 @@ fuzz:
 	cmake --build $(FUZZ_DIR) -j $(JOBS)
 	./scripts/run-fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
+# The CUDA configuration (docs/gpu.md), on any machine with the CUDA toolkit, GPU or not:
+# gpu-build builds it against the CUDA LibTorch of .venv/ (PyPI's torch); gpu-bundle packs what
+# the GPU check runs into GPU_BUILD_DIR/grpo-gpu-bundle.tar.xz; gpu-check runs the check from it
+# (on a GPU machine; DRY_RUN=1 runs every step on the CPU here).
+GPU_BUILD_DIR ?= build-gpu
+DRY_RUN ?=
+gpu-build: deps
+	./scripts/gpu-build.sh $(GPU_BUILD_DIR)
+
+gpu-bundle: gpu-build
+	./scripts/gpu-bundle.sh $(GPU_BUILD_DIR)
+
+gpu-check:
+	./scripts/gpu-check.sh --bundle $(GPU_BUILD_DIR)/grpo-gpu-bundle.tar.xz $(if $(DRY_RUN),--dry-run)
+
 clean:
-	rm -rf $(BUILD_DIR) $(FUZZ_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_DIR) $(GPU_BUILD_DIR)

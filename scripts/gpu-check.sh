@@ -1,151 +1,190 @@
 #!/usr/bin/env bash
-# GPU check: what a machine without a GPU cannot test. Needs an NVIDIA GPU and driver, the CUDA
-# toolkit (nvcc), and a PyTorch with CUDA whose LibTorch uses the C++11 ABI (PyTorch >= 2.7
-# wheels, or see the configure error for older ones), plus transformers for the parity step:
-#   pip install torch transformers peft
+# The GPU check (docs/gpu.md): what a machine without a GPU cannot test, in one command that fits a
+# brief visit to a GPU machine. Prepared here (`make gpu-bundle`), it needs nothing installed
+# there beyond what the GPU machines have: the NVIDIA driver and a Python with PyTorch (the
+# version the bundle was built against) + transformers + peft.
 #
-#   1. prints the GPUs (nvidia-smi -L) and the versions of torch, CUDA and transformers;
-#   2. configures BUILD_DIR with -DGRPO_WITH_CUDA=ON against PyTorch's LibTorch
-#      (-DCMAKE_PREFIX_PATH=torch.utils.cmake_prefix_path) and builds grpo_gpu_tests, grpo-run
-#      and, where the targets exist, grpo_bench_train_precision and grpo_bench_rollout;
-#   3. runs the GPU tests (ctest -L gpu: bf16 vs fp32 log-probs, a training step, greedy
-#      decoding, NCCL with one rank); on a GPU machine none may be skipped;
-#   4. compares our float32 logits with transformers' AutoModelForCausalLM on cuda for each
-#      fixture model (the tests dump ours into BUILD_DIR/parity; scripts/transformers_parity.py),
-#      and our LoRA checkpoints and merges with PEFT's (scripts/make-lora-parity-cases.sh,
-#      scripts/peft_parity.py; needs peft);
-#   5. prints the `name: value` lines of the precision benchmarks run with --device cuda, for
-#      the benchmarks that take that flag (a CPU run is not wanted here).
-# Exits non-zero when a step fails; the later steps still run and the summary lists them all.
+#   scripts/gpu-check.sh [--bundle FILE | --build-dir DIR] [--dry-run] [--skip-bench]
 #
-# Usage: scripts/gpu-check.sh [BUILD_DIR]        (default: build-gpu in the repository)
-# Environment: PYTHON (default python3), JOBS (build jobs, default nproc), EXTRA_PREFIX_PATH
-# (more CMake prefixes, ;-separated, for dependencies unpacked outside /usr, e.g. Debian
-# packages extracted with dpkg-deb -x on a machine that cannot install them; set
-# PKG_CONFIG_LIBDIR/PKG_CONFIG_SYSROOT_DIR and LD_LIBRARY_PATH to match).
+#   --bundle FILE    (default build-gpu/grpo-gpu-bundle.tar.xz) the archive of scripts/gpu-bundle.sh:
+#                    unpacked into a scratch folder and run from there
+#   --build-dir DIR  run the programs of a CUDA build folder on this machine instead (make gpu-build)
+#   --dry-run        everything up to the GPU, on a machine without one: the same steps with the
+#                    device set to the CPU (the GPU tests' own CPU mode, GRPO_GPU_TESTS_DEVICE=cpu;
+#                    parity on the CPU; the benchmark's tiny CPU shape), and a check that every
+#                    library the programs load comes from the bundle, LibTorch/CUDA or the C/C++
+#                    runtime, as on a GPU machine without our Debian packages
+#   --skip-bench     leave the side-by-side benchmark out
+#
+# Steps, each timed: 1. the machine (GPUs, versions; the machine's PyTorch must be the bundle's);
+# 2. libraries resolve; 3. the GPU tests (none may be skipped on a GPU); 4. transformers parity of
+# every fixture family on the device (float32 logits, scripts/transformers_parity.py); 5. PEFT
+# parity of our LoRA files trained on the device (make-lora-parity-cases.sh, peft_parity.py);
+# 6. the side-by-side benchmark against Hugging Face (bench/gpu/run.sh). Later steps run when one
+# fails; the summary lists every step's
+# result and time and the exit status is non-zero when one failed.
+# Environment: PYTHON (default python3; in a dry run the project's .venv/bin/python), WORK
+# (scratch folder, default a new one under TMPDIR).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD_DIR=$(realpath -m "${1:-$ROOT/build-gpu}")
-PYTHON=${PYTHON:-python3}
-JOBS=${JOBS:-$(nproc)}
-FIXTURES=(qwen2 qwen3 llama)
-PARITY_DIR="$BUILD_DIR/parity"
-failures=()
+BUNDLE="$ROOT/build-gpu/grpo-gpu-bundle.tar.xz"
+BUILD_DIR=""
+DRY_RUN=0
+SKIP_BENCH=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bundle) BUNDLE=$(realpath -m "${2:?--bundle needs a file}"); shift 2 ;;
+    --build-dir) BUILD_DIR=$(realpath -m "${2:?--build-dir needs a folder}"); shift 2 ;;
+    --dry-run) DRY_RUN=1; shift ;;
+    --skip-bench) SKIP_BENCH=1; shift ;;
+    *) echo "gpu-check: unknown argument '$1' (expected --bundle FILE, --build-dir DIR, --dry-run, --skip-bench)" >&2; exit 2 ;;
+  esac
+done
+if [ -z "${PYTHON:-}" ]; then
+  if [ "$DRY_RUN" = 1 ] && [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
+fi
+DEVICE=cuda
+[ "$DRY_RUN" = 1 ] && DEVICE=cpu
+WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/grpo-gpu-check.XXXXXX")}
+mkdir -p "$WORK"
+FIXTURES=(qwen2 qwen3 llama mistral gemma2 gemma3 phi3 olmo2 qwen2_moe qwen3_moe llama_dynamic)
+results=()
+failures=0
+started=$(date +%s)
 
-step() { printf '\n== %s\n' "$*"; }
-die() {
-  echo "gpu-check: $*" >&2
-  exit 1
+die() { echo "gpu-check: $*" >&2; exit 1; }
+# run_step NAME COMMAND...: runs a step, records its result and wall time.
+run_step() {
+  local name=$1 t0 rc
+  shift
+  printf '\n== %s\n' "$name"
+  t0=$(date +%s.%N)
+  if "$@"; then rc=0; else rc=$?; fi
+  local dt
+  dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  if [ "$rc" = 0 ]; then results+=("ok      ${dt}s  $name"); else results+=("FAILED  ${dt}s  $name (exit $rc)"); failures=$((failures + 1)); fi
 }
+
+# ---- the programs: a bundle unpacked, or a build folder --------------------------------------
+if [ -n "$BUILD_DIR" ]; then
+  [ -x "$BUILD_DIR/bin/grpo_gpu_tests" ] || die "$BUILD_DIR/bin/grpo_gpu_tests is missing: run make gpu-build"
+  BIN_ROOT="$BUILD_DIR"
+else
+  [ -s "$BUNDLE" ] || die "$BUNDLE is missing: run make gpu-bundle on a machine with the CUDA toolkit (docs/gpu.md)"
+  tar -C "$WORK" -xJf "$BUNDLE"
+  BIN_ROOT="$WORK/grpo-gpu-bundle"
+  cat "$BIN_ROOT/BUNDLE.txt"
+fi
 
 # ---- 1. the machine ---------------------------------------------------------------------------
-step "GPUs and versions"
-command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this check needs an NVIDIA GPU and its driver"
-nvidia-smi -L
-if command -v nvcc >/dev/null; then nvcc --version | tail -n 1; else echo "nvcc: not on PATH (CMake may still find it, e.g. /usr/local/cuda)"; fi
-cmake --version | head -n 1
-"$PYTHON" - <<'EOF' || die "$PYTHON has no usable PyTorch (pip install torch)"
+machine() {
+  if [ "$DRY_RUN" = 0 ]; then
+    command -v nvidia-smi >/dev/null || { echo "nvidia-smi not found: this check needs an NVIDIA GPU and its driver (or --dry-run)"; return 1; }
+    nvidia-smi -L
+  fi
+  "$PYTHON" - "$BIN_ROOT" "$DEVICE" <<'EOF'
+import os, sys
 import torch
-print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}, "
-      f"C++11 ABI {int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
-print(f"CUDA available: {torch.cuda.is_available()}, devices: {torch.cuda.device_count()}")
-try:
-    import transformers
-    print(f"transformers {transformers.__version__}")
-except ImportError:
-    print("transformers: not installed (the parity step will fail; pip install transformers)")
-if torch.version.cuda is None or not torch.cuda.is_available():
-    raise SystemExit("this PyTorch has no CUDA, or sees no GPU")
+root, device = sys.argv[1], sys.argv[2]
+print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+      f"GPUs visible: {torch.cuda.device_count() if torch.cuda.is_available() else 0}")
+for name in ("transformers", "peft"):
+    try:
+        print(f"{name} {__import__(name).__version__}")
+    except ImportError:
+        print(f"{name}: not installed (its parity step fails)")
+built = os.path.join(root, "BUNDLE.txt")
+if os.path.exists(built):
+    want = next(l.split(": ", 1)[1].strip() for l in open(built) if l.startswith("libtorch: "))
+    if want.split("+")[0] != torch.__version__.split("+")[0]:
+        sys.exit(f"this PyTorch is {torch.__version__}, the bundle was built against {want}: its programs "
+                 f"need the same LibTorch (rebuild the bundle against it, docs/gpu.md)")
+if device == "cuda" and not torch.cuda.is_available():
+    sys.exit("this PyTorch sees no CUDA device")
 EOF
-TORCH_PREFIX=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+}
+run_step "machine" machine
 
-# ---- 2. configure and build -------------------------------------------------------------------
-step "configure $BUILD_DIR against $TORCH_PREFIX"
-# A build folder configured before keeps its cached LibTorch (Torch_DIR): it must be this one.
-if [ -f "$BUILD_DIR/CMakeCache.txt" ]; then
-  cached=$(sed -n 's/^Torch_DIR:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
-  if [ -n "$cached" ] && [ "$(realpath -m "$cached")" != "$(realpath -m "$TORCH_PREFIX/Torch")" ]; then
-    die "$BUILD_DIR was configured with another LibTorch ($cached); remove it or name another BUILD_DIR"
-  fi
-fi
-cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DGRPO_WITH_CUDA=ON \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX${EXTRA_PREFIX_PATH:+;$EXTRA_PREFIX_PATH}"
+# LibTorch and its CUDA libraries: the machine's PyTorch. Only these go on LD_LIBRARY_PATH (the
+# bundle's programs find the rest through their RUNPATH), so Python is not handed our libraries.
+TORCH_LIB=$("$PYTHON" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+NVIDIA_LIBS=$(ls -d "$(dirname "$TORCH_LIB")"/../nvidia/*/lib 2>/dev/null | paste -sd: - || true)
+export LD_LIBRARY_PATH="$TORCH_LIB${NVIDIA_LIBS:+:$NVIDIA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export GRPO_TEST_SOURCE_DIR="$ROOT"
 
-step "build"
-targets=(grpo_gpu_tests grpo-run grpo-sft grpo-export)
-known_targets=$(cmake --build "$BUILD_DIR" --target help)
-for optional in grpo_bench_train_precision grpo_bench_rollout; do
-  if grep -qw -- "$optional" <<<"$known_targets"; then
-    targets+=("$optional")
-  else
-    echo "($optional: no such target in this tree, not built)"
-  fi
-done
-cmake --build "$BUILD_DIR" -j "$JOBS" --target "${targets[@]}"
+# ---- 2. libraries -----------------------------------------------------------------------------
+libraries() {
+  local bad=0 f line
+  while IFS= read -r f; do
+    while IFS= read -r line; do
+      case "$line" in
+        *"not found"*) echo "$f: $line"; bad=1 ;;
+      esac
+      # A dry run proves the bundle stands alone: nothing may come from this machine's own
+      # libraries but the C/C++ runtime.
+      if [ "$DRY_RUN" = 1 ] && [ -n "${BUNDLE_MODE:-}" ]; then
+        local path
+        path=$(awk '{print $3}' <<<"$line")
+        case "$path" in
+          "$BIN_ROOT"/*|"$TORCH_LIB"/*|*/nvidia/*|"") ;;
+          */libc.so.*|*/libm.so.*|*/libdl.so.*|*/libpthread.so.*|*/librt.so.*|*/libutil.so.*|*/libresolv.so.*|*/libstdc++.so.*|*/libgcc_s.so.*|*/ld-linux-x86-64.so.*) ;;
+          *) echo "$f: $line (outside the bundle: a GPU machine does not have it)"; bad=1 ;;
+        esac
+      fi
+    done < <(ldd "$f" 2>&1 | grep '=>')
+  done < <(find "$BIN_ROOT/bin" "$BIN_ROOT/lib" -type f \( -name '*.so*' -o -perm -u+x \))
+  [ "$bad" = 0 ] && echo "every library of $(find "$BIN_ROOT/bin" "$BIN_ROOT/lib" -type f \( -name '*.so*' -o -perm -u+x \) | wc -l) programs and plugins resolves"
+  return "$bad"
+}
+[ -z "$BUILD_DIR" ] && BUNDLE_MODE=1
+run_step "libraries" libraries
 
 # ---- 3. GPU tests -----------------------------------------------------------------------------
-step "ctest -L gpu"
-rm -rf "$PARITY_DIR"
-ctest_log="$BUILD_DIR/gpu-check-ctest.log"
-# GRPO_PARITY_OUT: TransformersParity.DumpOurLogitsForTheFixtures writes our logits for step 4.
-if ! GRPO_PARITY_OUT="$PARITY_DIR" ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure 2>&1 | tee "$ctest_log"; then
-  failures+=("ctest -L gpu")
-fi
-if grep -q '(Skipped)' "$ctest_log"; then
-  echo "skipped on a GPU machine (no CUDA device visible to the tests, or no NCCL in this LibTorch):"
-  grep '(Skipped)' "$ctest_log"
-  failures+=("ctest -L gpu: skipped tests")
-fi
+gpu_tests() {
+  local log="$WORK/gpu-tests.log" rc=0
+  rm -rf "$WORK/parity"
+  # GRPO_PARITY_OUT: TransformersParity.DumpOurLogitsForTheFixtures writes our logits for step 4.
+  # A dry run checks the tests themselves on the CPU's bfloat16 (tests/gpu/gpu_test_support.h).
+  if [ "$DRY_RUN" = 1 ]; then
+    GRPO_GPU_TESTS_DEVICE=cpu GRPO_PARITY_OUT="$WORK/parity" "$BIN_ROOT/bin/grpo_gpu_tests" --gtest_brief=1 2>&1 | tee "$log" || rc=$?
+  else
+    GRPO_PARITY_OUT="$WORK/parity" "$BIN_ROOT/bin/grpo_gpu_tests" --gtest_brief=1 2>&1 | tee "$log" || rc=$?
+    if grep -q '^\[  SKIPPED \]' "$log"; then
+      echo "skipped on a GPU machine (no CUDA device visible, or no NCCL in this build):"
+      grep '^\[  SKIPPED \]' "$log"
+      rc=1
+    fi
+  fi
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$log" | tail -n 3 || true
+  return "$rc"
+}
+run_step "GPU tests ($DEVICE)" gpu_tests
 
 # ---- 4. transformers parity -------------------------------------------------------------------
-step "logits: transformers vs grpo (float32, cuda)"
-for model in "${FIXTURES[@]}"; do
-  if ! "$PYTHON" "$ROOT/scripts/transformers_parity.py" --model "$model" --ours "$PARITY_DIR" --device cuda; then
-    failures+=("transformers parity: $model")
-  fi
-done
+run_step "logits: transformers vs grpo, ${#FIXTURES[@]} families (float32, $DEVICE)" \
+  "$PYTHON" "$ROOT/scripts/transformers_parity.py" --model "${FIXTURES[@]}" --ours "$WORK/parity" --device "$DEVICE"
 
-# ---- 4b. PEFT parity of the LoRA files --------------------------------------------------------
-step "LoRA: PEFT loads our adapters, equals our merge, writes the same files (cuda)"
-if ! "$ROOT/scripts/make-lora-parity-cases.sh" "$BUILD_DIR" "$BUILD_DIR/lora-parity" ||
-   ! "$PYTHON" "$ROOT/scripts/peft_parity.py" --fixtures "$BUILD_DIR/lora-parity/qwen2" "$BUILD_DIR/lora-parity/llama" --device cuda; then
-  failures+=("PEFT parity")
-fi
-
-# ---- 5. precision benchmarks on the GPU -------------------------------------------------------
-step "precision benchmarks, --device cuda"
-# run_bench BINARY SOURCE [ARGS...]: runs BINARY --device cuda ARGS when SOURCE parses --device,
-# keeps the whole output in BUILD_DIR and prints its `name: value` lines.
-run_bench() {
-  local bin=$1 src=$2
-  shift 2
-  if [ ! -x "$BUILD_DIR/bin/$bin" ]; then
-    echo "$bin: not built, skipped"
-    return 0
-  fi
-  if ! grep -q '"--device"' "$ROOT/$src"; then
-    echo "$bin: has no --device flag yet, skipped"
-    return 0
-  fi
-  local log="$BUILD_DIR/gpu-check-$bin.log"
-  echo "-- $bin --device cuda $* (full output: $log)"
-  if "$BUILD_DIR/bin/$bin" --device cuda "$@" >"$log" 2>&1; then
-    grep -E '^[A-Za-z0-9_.-]+: ' "$log" || echo "(no name: value lines)"
-  else
-    tail -n 20 "$log"
-    failures+=("$bin --device cuda")
-  fi
+# ---- 5. PEFT parity ---------------------------------------------------------------------------
+peft() {
+  GRPO_LORA_DEVICE="$DEVICE" PYTHON="$PYTHON" "$ROOT/scripts/make-lora-parity-cases.sh" "$BIN_ROOT" "$WORK/lora-parity" &&
+    "$PYTHON" "$ROOT/scripts/peft_parity.py" "$WORK"/lora-parity/*/ --device "$DEVICE"
 }
-run_bench grpo_bench_train_precision bench/train/precision_bench.cpp
-rollout_args=()
-if grep -q '"--precision-only"' "$ROOT/bench/rollout/rollout_bench.cpp" 2>/dev/null; then rollout_args+=(--precision-only); fi
-run_bench grpo_bench_rollout bench/rollout/rollout_bench.cpp ${rollout_args[@]+"${rollout_args[@]}"}
+run_step "LoRA: PEFT loads our adapters and equals our merge ($DEVICE)" peft
+
+# ---- 6. the side-by-side benchmark ------------------------------------------------------------
+if [ "$SKIP_BENCH" = 0 ]; then
+  bench_args=(--device "$DEVICE" --python "$PYTHON")
+  [ "$DRY_RUN" = 1 ] && bench_args+=(--dry-run)
+  run_step "GRPO step vs Hugging Face (bench/gpu)" "$ROOT/bench/gpu/run.sh" "$BIN_ROOT" "${bench_args[@]}"
+fi
 
 # ---- summary ----------------------------------------------------------------------------------
-step "summary"
-if [ ${#failures[@]} -gt 0 ]; then
-  printf 'FAILED: %s\n' "${failures[@]}"
+printf '\n== summary (%s, work folder %s)\n' "$([ "$DRY_RUN" = 1 ] && echo "dry run on the CPU" || echo "$DEVICE")" "$WORK"
+printf '%s\n' "${results[@]}"
+echo "gpu_check_seconds: $(( $(date +%s) - started ))"
+if [ "$failures" -gt 0 ]; then
+  echo "gpu-check: $failures step(s) failed"
   exit 1
 fi
-echo "gpu-check: everything passed"
+echo "gpu-check: every step passed"

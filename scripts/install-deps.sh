@@ -47,6 +47,8 @@ PACKAGES=(
   valgrind
   # faster rebuilds
   ccache
+  # the GPU bundle (scripts/gpu-bundle.sh) points its binaries at the libraries beside them
+  patchelf
   # node runs Hugging Face's JavaScript tokenizer and Jinja ports in the parity tests (installed
   # offline from the reference data); python3-venv makes .venv/ for the Python references
   nodejs npm python3-venv

@@ -11,7 +11,7 @@ in float32 on --device, runs the same ids, and prints max |diff| per sequence.
 
     GRPO_PARITY_OUT=build-gpu/parity build-gpu/bin/grpo_gpu_tests \\
         --gtest_filter='TransformersParity.*'
-    python3 scripts/transformers_parity.py --model qwen3 --ours build-gpu/parity
+    python3 scripts/transformers_parity.py --model qwen2 qwen3 --ours build-gpu/parity
 
 Exit status: 0 when every sequence is within --tol, 1 when one is not, 2 when
 something is missing (packages, files, the device).
@@ -36,7 +36,8 @@ IDS_SUFFIX = ".input_ids"
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="fixture name (qwen2, qwen3, llama)")
+    ap.add_argument("--model", required=True, nargs="+",
+                    help="fixture names (qwen2 qwen3 llama mistral gemma2 ...): one process compares them all")
     ap.add_argument("--ours", required=True,
                     help="the folder GRPO_PARITY_OUT named (holds <model>.safetensors)")
     ap.add_argument("--fixtures", default=DEFAULT_FIXTURES,
@@ -62,19 +63,29 @@ def main(argv=None):
     except ImportError as e:
         fail_setup(f"{e}; needs torch, transformers and safetensors (pip install torch transformers)")
 
-    folder = os.path.join(args.fixtures, args.model)
-    ours_path = os.path.join(args.ours, args.model + ".safetensors")
-    for path in (os.path.join(folder, "config.json"), ours_path):
-        if not os.path.exists(path):
-            fail_setup(f"{path} does not exist")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         fail_setup(f"--device {args.device}, but torch {torch.__version__} sees no CUDA device")
-
     # Plain float32 on both sides: no TF32 in matmuls (LibTorch's default is off too).
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    failed = [m for m in args.model if compare(m, args, torch, transformers, device) != 0]
+    print(f"transformers_parity: {len(args.model) - len(failed)} of {len(args.model)} models within {args.tol:g}"
+          + (f"; FAILED: {' '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
 
+
+def compare(name, args, torch, transformers, device):
+    """Exit-status-like: 0 when every sequence of fixture `name` is within --tol."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    folder = os.path.join(args.fixtures, name)
+    ours_path = os.path.join(args.ours, name + ".safetensors")
+    for path in (os.path.join(folder, "config.json"), ours_path):
+        if not os.path.exists(path):
+            fail_setup(f"{path} does not exist")
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
     model, info = AutoModelForCausalLM.from_pretrained(
@@ -90,7 +101,7 @@ def main(argv=None):
     keys = sorted(k[: -len(IDS_SUFFIX)] for k in ours if k.endswith(IDS_SUFFIX))
     if not keys:
         fail_setup(f"{ours_path} holds no <key>.input_ids tensors")
-    print(f"{args.model}: transformers {transformers.__version__} on {device} (float32, eager) "
+    print(f"{name}: transformers {transformers.__version__} on {device} (float32, eager) "
           f"vs grpo on {meta.get('device', '?')} ({meta.get('dtype', '?')})")
 
     worst = 0.0
@@ -108,7 +119,7 @@ def main(argv=None):
             print(f"  {key}: {ids.numel()} tokens, max |logit diff| {diff:.3e}, argmax equal: {same_argmax}")
             worst = max(worst, diff)
     ok = worst <= args.tol
-    print(f"{args.model}: max |logit diff| {worst:.3e} (tolerance {args.tol:g}): {'ok' if ok else 'FAILED'}")
+    print(f"{name}: max |logit diff| {worst:.3e} (tolerance {args.tol:g}): {'ok' if ok else 'FAILED'}")
     return 0 if ok else 1
 
 

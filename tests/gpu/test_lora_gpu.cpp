@@ -22,7 +22,7 @@ using grpo::testing::max_abs_diff;
 
 namespace {
 
-const std::string kAdapter = std::string(GRPO_SOURCE_DIR) + "/tests/fixtures/lora/qwen2_all_linear";
+const std::string kAdapter = grpo::testing::repo_dir() + "/tests/fixtures/lora/qwen2_all_linear";
 
 torch::Tensor fixture_ids() {
   for (auto& [k, t] : core::load_safetensors(kAdapter + "/reference.safetensors"))

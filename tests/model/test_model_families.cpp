@@ -21,8 +21,13 @@
 
 using namespace grpo::core;
 using grpo::testing::error_of;
+using grpo::testing::case_model_dir;
+using grpo::testing::case_reference;
+using grpo::testing::fixture_cases;
 using grpo::testing::fixture_dir;
 using grpo::testing::fixture_reference;
+using grpo::testing::FixtureCase;
+using grpo::testing::Reference;
 using grpo::testing::max_abs_diff;
 using json = nlohmann::json;
 
@@ -135,6 +140,16 @@ TEST(FamilyConfig, QwenMoe) {
   EXPECT_DOUBLE_EQ(b.rope_scaling.factor, 4.0);
 }
 
+TEST(FamilyConfig, QwenMoeExpertCountUnderTransformers5sName) {
+  // transformers 5 saves Qwen3MoeConfig's num_experts as num_local_experts.
+  json j = config_json("qwen3_moe");
+  j["num_local_experts"] = j["num_experts"];
+  j.erase("num_experts");
+  EXPECT_EQ(parse_model_config(j.dump(), "m/config.json").num_experts, 8);
+  j["num_experts"] = 4;  // both, disagreeing
+  EXPECT_NE(error_for(j).find("num_local_experts: is 8, but num_experts is 4"), std::string::npos) << error_for(j);
+}
+
 // ---- RoPE scalings by hand from the published formulas ----
 
 TEST(Rotary, YarnFrequenciesAndAttentionFactorFollowThePaper) {
@@ -183,12 +198,14 @@ TEST(Rotary, LongropeSwitchesFactorsPastTheOriginalContext) {
 
 // ---- mixture of experts ----
 
-class MoeRouting : public ::testing::TestWithParam<std::string> {};
+// Float64/* against the committed reference, Transformers/* against transformers' router logits
+// and load_balancing_loss_func (tests/reference/models).
+class MoeRouting : public ::testing::TestWithParam<FixtureCase> {};
 
 TEST_P(MoeRouting, DecisionsAndLoadBalancingLossEqualTheReference) {
-  auto model = load_model(fixture_dir(GetParam())).model;
+  auto model = load_model(case_model_dir(GetParam())).model;
   model->eval();
-  const auto ref = fixture_reference(GetParam());
+  const auto ref = case_reference(GetParam());
   const ModelConfig& c = model->config();
   torch::NoGradGuard no_grad;
   model->set_record_router_logits(true);
@@ -215,7 +232,12 @@ TEST_P(MoeRouting, DecisionsAndLoadBalancingLossEqualTheReference) {
   EXPECT_TRUE(model->router_logits().empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, MoeRouting, ::testing::ValuesIn(grpo::testing::moe_fixture_models()));
+INSTANTIATE_TEST_SUITE_P(Float64, MoeRouting,
+                         ::testing::ValuesIn(fixture_cases(Reference::kFloat64, grpo::testing::moe_fixture_models())),
+                         grpo::testing::fixture_case_name);
+INSTANTIATE_TEST_SUITE_P(Transformers, MoeRouting,
+                         ::testing::ValuesIn(fixture_cases(Reference::kTransformers, grpo::testing::moe_fixture_models())),
+                         grpo::testing::fixture_case_name);
 
 TEST(MoeLoss, MaskedTokensDoNotCount) {
   // Two tokens, two experts, top-1: token 0 strongly prefers expert 0, token 1 expert 1.
@@ -229,14 +251,18 @@ TEST(MoeLoss, MaskedTokensDoNotCount) {
 
 // ---- sequence classification (reward models) ----
 
-TEST(SequenceClassification, ScoresEqualTheReference) {
-  auto loaded = load_model(fixture_dir("qwen2_rm"));
+// The reward head against both references (Transformers/*: transformers'
+// Qwen2ForSequenceClassification on the head as transformers saves it).
+class RewardHeadParity : public ::testing::TestWithParam<FixtureCase> {};
+
+TEST_P(RewardHeadParity, ScoresEqualTheReference) {
+  auto loaded = load_model(case_model_dir(GetParam()));
   auto model = loaded.model;
   model->eval();
   torch::NoGradGuard no_grad;
   EXPECT_EQ(model->config().head, ModelHead::kSequenceClassification);
   EXPECT_EQ(model->config().num_labels, 1);
-  const auto ref = fixture_reference("qwen2_rm");
+  const auto ref = case_reference(GetParam());
   auto scores = model->sequence_scores(ref.at("rm.input_ids"), ref.at("rm.attention_mask"));
   ASSERT_EQ(scores.sizes(), (std::vector<int64_t>{4, 1}));
   EXPECT_LT(max_abs_diff(scores.squeeze(1), ref.at("rm.scores")), 1e-5) << scores;
@@ -252,6 +278,13 @@ TEST(SequenceClassification, ScoresEqualTheReference) {
   EXPECT_LT(max_abs_diff(model->sequence_scores(left, mask)[0][0], ref.at("rm.scores")[1]), 1e-5);
   EXPECT_THROW(model->logits(torch::zeros({1, 64})), std::logic_error);
 }
+
+INSTANTIATE_TEST_SUITE_P(Float64, RewardHeadParity,
+                         ::testing::ValuesIn(fixture_cases(Reference::kFloat64, {"qwen2_rm"})),
+                         grpo::testing::fixture_case_name);
+INSTANTIATE_TEST_SUITE_P(Transformers, RewardHeadParity,
+                         ::testing::ValuesIn(fixture_cases(Reference::kTransformers, {"qwen2_rm"})),
+                         grpo::testing::fixture_case_name);
 
 TEST(SequenceClassification, SavesAndLoadsWithItsHead) {
   auto model = load_model(fixture_dir("qwen2_rm")).model;

@@ -1,6 +1,8 @@
-// Forward-pass parity with the independent reference (tests/fixtures/models, float64
-// PyTorch written from transformers' modeling code): single sequences, padded batches
-// (right and left padding), a packed row, and KV-cache decoding.
+// Forward-pass parity: single sequences, padded batches (right and left padding), a packed row,
+// KV-cache and slot decoding, greedy continuations. Each test runs twice per fixture model:
+// Float64/* against the committed independent reference (tests/fixtures/models, float64 PyTorch
+// written from transformers' modeling code), Transformers/* against transformers itself on the
+// model as transformers saves it (tests/reference/models; ctest label `reference`).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,23 +15,27 @@
 #include "model_fixtures.h"
 
 using namespace grpo::core;
+using grpo::testing::case_model_dir;
+using grpo::testing::case_reference;
+using grpo::testing::fixture_cases;
 using grpo::testing::fixture_dir;
-using grpo::testing::fixture_reference;
+using grpo::testing::FixtureCase;
 using grpo::testing::max_abs_diff;
+using grpo::testing::Reference;
 
 namespace {
 
 constexpr double kLogitTolerance = 1e-4;  // the fp32 bound
 constexpr int kSequences = 4;
 
-class ForwardParity : public ::testing::TestWithParam<std::string> {
+class ForwardParity : public ::testing::TestWithParam<FixtureCase> {
  protected:
   void SetUp() override {
     torch::manual_seed(0);
-    loaded_ = load_model(fixture_dir(GetParam()));
+    loaded_ = load_model(case_model_dir(GetParam()));
     model_ = loaded_.model;
     model_->eval();
-    ref_ = fixture_reference(GetParam());
+    ref_ = case_reference(GetParam());
   }
   torch::Tensor ids(int k) { return ref_.at("seq." + std::to_string(k) + ".input_ids"); }
   torch::Tensor logits(int k) { return ref_.at("seq." + std::to_string(k) + ".logits"); }
@@ -81,7 +87,7 @@ TEST_P(ForwardParity, PaddedBatchRightAndLeft) {
       worst = std::max(worst, diff);
       EXPECT_LT(diff, kLogitTolerance) << (left ? "left" : "right") << " padding, seq " << k;
     }
-    std::cout << "[parity] " << GetParam() << (left ? " left" : " right") << "-padded: max |delta| = " << worst << "\n";
+    std::cout << "[parity] " << GetParam().model << (left ? " left" : " right") << "-padded: max |delta| = " << worst << "\n";
     EXPECT_TRUE(torch::isfinite(out).all().item<bool>()) << "padding rows must stay finite";
   }
 }
@@ -103,7 +109,7 @@ TEST_P(ForwardParity, PackedRow) {
     EXPECT_LT(diff, kLogitTolerance) << "seq " << k;
     start += lengths[i++];
   }
-  std::cout << "[parity] " << GetParam() << " packed: max |delta| = " << worst << "\n";
+  std::cout << "[parity] " << GetParam().model << " packed: max |delta| = " << worst << "\n";
 }
 
 TEST_P(ForwardParity, GreedyDecodingWithKVCacheMatchesReference) {
@@ -198,7 +204,7 @@ TEST_P(ForwardParity, SlotDecodingAndExtensionMatchTheReference) {
     pos += n;
   }
   EXPECT_EQ(slots.length(0), L);
-  std::cout << "[parity] " << GetParam() << " slot decoding: max |delta| = " << worst << "\n";
+  std::cout << "[parity] " << GetParam().model << " slot decoding: max |delta| = " << worst << "\n";
 }
 
 TEST_P(ForwardParity, MisuseIsAnError) {
@@ -241,7 +247,7 @@ TEST_P(ForwardParity, PackedLogProbsEqualPerSequenceLogProbs) {
 }
 
 TEST_P(ForwardParity, Bfloat16StaysCloseToFloat32) {
-  auto bf16 = load_model(fixture_dir(GetParam()), torch::kBFloat16).model;
+  auto bf16 = load_model(case_model_dir(GetParam()), torch::kBFloat16).model;
   auto x = ids(3).unsqueeze(0);
   auto out = bf16(x, AttentionLayout::padded(torch::ones_like(x)));
   // (soft-capped logits are capped, and returned, in float32)
@@ -257,7 +263,12 @@ TEST_P(ForwardParity, Bfloat16StaysCloseToFloat32) {
   EXPECT_GT(agree, 0.9);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardParity, ::testing::ValuesIn(grpo::testing::fixture_models()));
+INSTANTIATE_TEST_SUITE_P(Float64, ForwardParity,
+                         ::testing::ValuesIn(fixture_cases(Reference::kFloat64, grpo::testing::fixture_models())),
+                         grpo::testing::fixture_case_name);
+INSTANTIATE_TEST_SUITE_P(Transformers, ForwardParity,
+                         ::testing::ValuesIn(fixture_cases(Reference::kTransformers, grpo::testing::fixture_models())),
+                         grpo::testing::fixture_case_name);
 
 // Rotary positions restart at 0 for every sequence of a packed row, and count only real tokens
 // in a padded batch. RoPE scores depend only on position differences, so a layout that kept

@@ -2,6 +2,7 @@
 // Torch-free, so that CLI tests can name them without LibTorch's headers.
 #pragma once
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -22,8 +23,14 @@ inline const std::vector<std::string>& moe_fixture_models() {
   return names;
 }
 
-inline std::string fixture_dir(const std::string& name) {
-  return std::string(GRPO_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+// The checkout the fixtures are read from: the one the tests were built in, or
+// GRPO_TEST_SOURCE_DIR when set (a prebuilt GPU bundle runs on another machine, in another
+// folder: scripts/gpu-bundle.sh).
+inline std::string repo_dir() {
+  const char* env = std::getenv("GRPO_TEST_SOURCE_DIR");
+  return env && *env ? std::string(env) : std::string(GRPO_SOURCE_DIR);
 }
+
+inline std::string fixture_dir(const std::string& name) { return repo_dir() + "/tests/fixtures/models/" + name; }
 
 }  // namespace grpo::testing

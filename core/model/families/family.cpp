@@ -174,7 +174,16 @@ void write_qwen_sliding_window(const ModelConfig& c, json& out) {
 }
 
 void read_qwen_moe(const ConfigReader& r, ModelConfig& c) {
-  c.num_experts = r.require_int("num_experts");
+  // transformers 5 saves Qwen3MoeConfig's expert count as num_local_experts (its attribute_map
+  // name), transformers 4 and Qwen2MoeConfig as num_experts.
+  if (r.has("num_local_experts") && !r.has("num_experts")) {
+    c.num_experts = r.require_int("num_local_experts");
+  } else {
+    c.num_experts = r.require_int("num_experts");
+    if (r.has("num_local_experts") && r.require_int("num_local_experts") != c.num_experts)
+      r.fail("num_local_experts", "is " + std::to_string(r.require_int("num_local_experts")) +
+                                      ", but num_experts is " + std::to_string(c.num_experts) + " (one expert count)");
+  }
   c.num_experts_per_tok = r.require_int("num_experts_per_tok");
   if (c.num_experts_per_tok > c.num_experts)
     r.fail("num_experts_per_tok", "is " + std::to_string(c.num_experts_per_tok) + ", more than num_experts (" +
