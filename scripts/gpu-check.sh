@@ -112,6 +112,8 @@ TORCH_LIB=$("$PYTHON" -c 'import os, torch; print(os.path.join(os.path.dirname(t
 NVIDIA_LIBS=$(ls -d "$(dirname "$TORCH_LIB")"/../nvidia/*/lib 2>/dev/null | paste -sd: - || true)
 export LD_LIBRARY_PATH="$TORCH_LIB${NVIDIA_LIBS:+:$NVIDIA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GRPO_TEST_SOURCE_DIR="$ROOT"
+# No hub: the GPU machines have no network, and everything the scripts load is local.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1
 
 # ---- 2. libraries -----------------------------------------------------------------------------
 libraries() {
@@ -174,7 +176,7 @@ run_step "LoRA: PEFT loads our adapters and equals our merge ($DEVICE)" peft
 
 # ---- 6. the side-by-side benchmark ------------------------------------------------------------
 if [ "$SKIP_BENCH" = 0 ]; then
-  bench_args=(--device "$DEVICE" --python "$PYTHON")
+  bench_args=(--device "$DEVICE" --python "$PYTHON" --repeats 2)
   [ "$DRY_RUN" = 1 ] && bench_args+=(--dry-run)
   run_step "GRPO step vs Hugging Face (bench/gpu)" "$ROOT/bench/gpu/run.sh" "$BIN_ROOT" "${bench_args[@]}"
 fi

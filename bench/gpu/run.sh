@@ -9,7 +9,7 @@
 #             engine and the trainer's update_policy;
 #   baseline  bench/gpu/hf_grpo_step.py: TRL's GRPOTrainer step without vLLM (transformers'
 #             generate, forward/backward/AdamW under autocast, SDPA).
-# Figures are medians of 3 timed steps after a warm-up, the device synchronized before every
+# Figures are medians of --repeats (3) timed steps after a warm-up, the device synchronized before every
 # clock read. train_mfu = 6 x parameters x our training tokens/s over the device's bf16 dense
 # peak; decode_bandwidth_fraction = (bf16 weights + the KV cache read at the mean context, per
 # decode step of the whole batch) x our decode steps/s over the device's memory bandwidth. Both
@@ -17,10 +17,12 @@
 # a line says which. --dry-run proves the pipeline on the CPU with a tiny model in about a minute
 # (the figures then mean nothing).
 #
-# Usage: bench/gpu/run.sh BUILD_DIR [--device cuda|cuda:N|cpu] [--python PY] [--dry-run]
+# Usage: bench/gpu/run.sh BUILD_DIR [--device cuda|cuda:N|cpu] [--python PY] [--repeats N] [--dry-run]
 #   BUILD_DIR  a build with the target grpo_bench_gpu_step (a CUDA build for --device cuda), or a
 #              folder holding the binary itself
 #   --python   the interpreter with torch and transformers (default python3)
+#   --repeats  timed steps per side after the warm-up (default 3; scripts/gpu-check.sh takes 2 to
+#              stay within a brief GPU visit)
 # Logs: BUILD_DIR/gpu-bench/{ours,hf}.log. Ends with `name: value` lines.
 set -euo pipefail
 
@@ -42,6 +44,7 @@ DEVICE=cuda
 DEVICE_GIVEN=0
 PY=python3
 DRY_RUN=0
+REPEATS=3
 while [ $# -gt 0 ]; do
   case $1 in
     --device)
@@ -58,8 +61,13 @@ while [ $# -gt 0 ]; do
       DRY_RUN=1
       shift
       ;;
+    --repeats)
+      [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--repeats needs a positive integer"
+      REPEATS=$2
+      shift 2
+      ;;
     -h | --help) usage 0 ;;
-    *) die "unknown argument '$1' (BUILD_DIR [--device cuda|cpu] [--python PY] [--dry-run])" ;;
+    *) die "unknown argument '$1' (BUILD_DIR [--device cuda|cpu] [--python PY] [--repeats N] [--dry-run])" ;;
   esac
 done
 [[ $DEVICE =~ ^(cpu|cuda|cuda:[0-9]+)$ ]] || die "--device expects cuda, cuda:N or cpu, got '$DEVICE'"
@@ -77,7 +85,7 @@ else
   SIZES=(--config "$ROOT/bench/configs/qwen2.5-0.5b/config.json" --prompts 8 --samples 4 --new-tokens 256
          --min-prompt 32 --max-prompt 128 --micro-batch 8)
 fi
-SIZES+=(--temperature 0.7 --lr 1e-6 --repeats 3 --seed 0)
+SIZES+=(--temperature 0.7 --lr 1e-6 --repeats "$REPEATS" --seed 0)
 LOGS="$BUILD_DIR/gpu-bench"
 mkdir -p "$LOGS"
 

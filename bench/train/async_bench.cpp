@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>  // getpid (LibTorch 2.x headers no longer bring it)
+
 #include "apps/grpo-run/grpo_run.h"
 #include "tests/train/trainer_fixtures.h"
 

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>  // getpid
+
 #include "core/plugin/search_path.h"
 
 namespace grpo::core {
