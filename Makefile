@@ -12,14 +12,22 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test demo bench fuzz clean gpu-build gpu-bundle gpu-check
+.PHONY: all deps runtime-deps configure configure-only build test demo bench fuzz clean gpu-build gpu-bundle gpu-check
 
 all: build
 
+# Everything: packages, and the references the tests compare against (.venv/, .cache/).
 deps:
 	./scripts/install-deps.sh
 
+# The packages only: the demo needs no test references.
+runtime-deps:
+	./scripts/install-deps.sh --no-references
+
 configure: deps
+	$(MAKE) configure-only
+
+configure-only:
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
 
 build: configure
@@ -33,7 +41,8 @@ ARGS ?=
 LORA ?=
 PYTHON_REWARD ?=
 TASK ?=
-demo: configure
+demo: runtime-deps
+	$(MAKE) configure-only
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target demo-programs
 	TASK=$(TASK) LORA=$(LORA) PYTHON_REWARD=$(PYTHON_REWARD) ./scripts/demo.sh $(BUILD_DIR) $(ALGO) $(ARGS)
 
@@ -45,7 +54,7 @@ bench: build
 FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
 fuzz:
-	./scripts/install-deps.sh --fuzz
+	./scripts/install-deps.sh --fuzz --no-references
 	cmake -S bench/fuzz -B $(FUZZ_DIR) -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(FUZZ_DIR) -j $(JOBS)
 	./scripts/run-fuzzers.sh $(FUZZ_DIR) $(FUZZ_SECONDS)

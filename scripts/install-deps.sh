@@ -10,6 +10,8 @@
 #   scripts/install-deps.sh             build + test dependencies (what `make test` needs)
 #   scripts/install-deps.sh --fuzz      also clang and its sanitizer/libFuzzer runtime
 #   scripts/install-deps.sh --fixtures  also python3-torch (regenerates model test fixtures)
+#   scripts/install-deps.sh --no-references   the packages only: what building and running need
+#                                       (`make demo`), without the test references (~3 GB of PyPI)
 set -euo pipefail
 
 PACKAGES=(
@@ -54,13 +56,15 @@ PACKAGES=(
   nodejs npm python3-venv
 )
 
+REFERENCES=1
 for arg in "$@"; do
   case "$arg" in
     # libFuzzer and the sanitizer runtimes ship with clang's runtime package
     --fuzz) PACKAGES+=(clang libclang-rt-14-dev) ;;
     # the independent model reference (tests/fixtures/models/generate.py)
     --fixtures) PACKAGES+=(python3-torch) ;;
-    *) echo "install-deps: unknown option '$arg' (expected --fuzz or --fixtures)" >&2; exit 2 ;;
+    --no-references) REFERENCES=0 ;;
+    *) echo "install-deps: unknown option '$arg' (expected --fuzz, --fixtures or --no-references)" >&2; exit 2 ;;
   esac
 done
 
@@ -93,5 +97,7 @@ else
   "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-"$(dirname "$0")/fetch-reference-tokenizers.sh"
-"$(dirname "$0")/make-reference-venv.sh"
+if [ "$REFERENCES" = 1 ]; then
+  "$(dirname "$0")/fetch-reference-tokenizers.sh"
+  "$(dirname "$0")/make-reference-venv.sh"
+fi
