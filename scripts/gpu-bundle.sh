@@ -27,8 +27,9 @@ VENV="${GRPO_VENV:-$ROOT/.venv}"
 # What the check runs: the GPU tests, the programs of the LoRA parity cases (make-lora-parity-cases.sh),
 # grpo-run, and the side-by-side benchmark (bench/gpu).
 PROGRAMS=(grpo_gpu_tests grpo-run grpo-sft grpo-export grpo_bench_gpu_step)
-# Where a GPU machine has its own copy: the C/C++ runtime, the kernel's vDSO.
-SYSTEM_LIBS='^(linux-vdso\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libutil\.so|libresolv\.so|libstdc\+\+\.so|libgcc_s\.so)'
+# Where a GPU machine has its own copy (GRPO_SYSTEM_LIBS).
+# shellcheck source=scripts/gpu-system-libs.sh
+. "$ROOT/scripts/gpu-system-libs.sh"
 
 die() { echo "gpu-bundle: $*" >&2; exit 1; }
 command -v patchelf >/dev/null || die "patchelf is missing (scripts/install-deps.sh installs it)"
@@ -55,7 +56,7 @@ declare -A deps=()
 for f in "${elves[@]}"; do
   while read -r name _ path _; do
     [ -n "${path:-}" ] || continue
-    [[ "$name" =~ $SYSTEM_LIBS ]] && continue
+    [[ "$name" =~ $GRPO_SYSTEM_LIBS ]] && continue
     case "$path" in
       "$BUILD_DIR"/*|"$TORCH_LIB"/*|*/nvidia/*|/usr/local/cuda*) continue ;;
       "not") die "$f needs $name, which is not found here" ;;

@@ -116,27 +116,26 @@ export GRPO_TEST_SOURCE_DIR="$ROOT"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1
 
 # ---- 2. libraries -----------------------------------------------------------------------------
+# shellcheck source=scripts/gpu-system-libs.sh
+. "$ROOT/scripts/gpu-system-libs.sh"
 libraries() {
-  local bad=0 f line
-  while IFS= read -r f; do
-    while IFS= read -r line; do
-      case "$line" in
-        *"not found"*) echo "$f: $line"; bad=1 ;;
+  local bad=0 f name path
+  local -a elves
+  mapfile -t elves < <(find "$BIN_ROOT/bin" "$BIN_ROOT/lib" -type f \( -name '*.so*' -o -perm -u+x \))
+  for f in "${elves[@]}"; do
+    while read -r name _ path _; do
+      if [ "$path" = not ]; then echo "$f: $name not found"; bad=1; continue; fi
+      # A dry run proves the bundle stands alone: nothing may come from this machine but the
+      # bundle, LibTorch/CUDA and what every GPU machine has (GRPO_SYSTEM_LIBS).
+      [ "$DRY_RUN" = 1 ] && [ -n "${BUNDLE_MODE:-}" ] || continue
+      [[ "$name" =~ $GRPO_SYSTEM_LIBS ]] && continue
+      case "$path" in
+        "$BIN_ROOT"/*|"$TORCH_LIB"/*|*/nvidia/*|"") ;;
+        *) echo "$f: $name => $path (outside the bundle: a GPU machine does not have it)"; bad=1 ;;
       esac
-      # A dry run proves the bundle stands alone: nothing may come from this machine's own
-      # libraries but the C/C++ runtime.
-      if [ "$DRY_RUN" = 1 ] && [ -n "${BUNDLE_MODE:-}" ]; then
-        local path
-        path=$(awk '{print $3}' <<<"$line")
-        case "$path" in
-          "$BIN_ROOT"/*|"$TORCH_LIB"/*|*/nvidia/*|"") ;;
-          */libc.so.*|*/libm.so.*|*/libdl.so.*|*/libpthread.so.*|*/librt.so.*|*/libutil.so.*|*/libresolv.so.*|*/libstdc++.so.*|*/libgcc_s.so.*|*/ld-linux-x86-64.so.*) ;;
-          *) echo "$f: $line (outside the bundle: a GPU machine does not have it)"; bad=1 ;;
-        esac
-      fi
     done < <(ldd "$f" 2>&1 | grep '=>')
-  done < <(find "$BIN_ROOT/bin" "$BIN_ROOT/lib" -type f \( -name '*.so*' -o -perm -u+x \))
-  [ "$bad" = 0 ] && echo "every library of $(find "$BIN_ROOT/bin" "$BIN_ROOT/lib" -type f \( -name '*.so*' -o -perm -u+x \) | wc -l) programs and plugins resolves"
+  done
+  [ "$bad" = 0 ] && echo "every library of ${#elves[@]} programs and plugins resolves"
   return "$bad"
 }
 [ -z "$BUILD_DIR" ] && BUNDLE_MODE=1
@@ -148,15 +147,15 @@ gpu_tests() {
   rm -rf "$WORK/parity"
   # GRPO_PARITY_OUT: TransformersParity.DumpOurLogitsForTheFixtures writes our logits for step 4.
   # A dry run checks the tests themselves on the CPU's bfloat16 (tests/gpu/gpu_test_support.h).
-  if [ "$DRY_RUN" = 1 ]; then
-    GRPO_GPU_TESTS_DEVICE=cpu GRPO_PARITY_OUT="$WORK/parity" "$BIN_ROOT/bin/grpo_gpu_tests" --gtest_brief=1 2>&1 | tee "$log" || rc=$?
-  else
-    GRPO_PARITY_OUT="$WORK/parity" "$BIN_ROOT/bin/grpo_gpu_tests" --gtest_brief=1 2>&1 | tee "$log" || rc=$?
-    if grep -q '^\[  SKIPPED \]' "$log"; then
-      echo "skipped on a GPU machine (no CUDA device visible, or no NCCL in this build):"
-      grep '^\[  SKIPPED \]' "$log"
-      rc=1
-    fi
+  local device_env=()
+  [ "$DRY_RUN" = 1 ] && device_env=(GRPO_GPU_TESTS_DEVICE=cpu)
+  env ${device_env[@]+"${device_env[@]}"} GRPO_PARITY_OUT="$WORK/parity" "$BIN_ROOT/bin/grpo_gpu_tests" --gtest_brief=1 2>&1 |
+    tee "$log" || rc=$?
+  # On a GPU nothing may be skipped (no CUDA device visible, or no NCCL in this build).
+  if [ "$DRY_RUN" = 0 ] && grep -q '^\[  SKIPPED \]' "$log"; then
+    echo "skipped on a GPU machine:"
+    grep '^\[  SKIPPED \]' "$log"
+    rc=1
   fi
   grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$log" | tail -n 3 || true
   return "$rc"
