@@ -180,9 +180,10 @@ void read_qwen_moe(const ConfigReader& r, ModelConfig& c) {
     c.num_experts = r.require_int("num_local_experts");
   } else {
     c.num_experts = r.require_int("num_experts");
-    if (r.has("num_local_experts") && r.require_int("num_local_experts") != c.num_experts)
-      r.fail("num_local_experts", "is " + std::to_string(r.require_int("num_local_experts")) +
-                                      ", but num_experts is " + std::to_string(c.num_experts) + " (one expert count)");
+    const int64_t local = r.has("num_local_experts") ? r.require_int("num_local_experts") : c.num_experts;
+    if (local != c.num_experts)
+      r.fail("num_local_experts", "is " + std::to_string(local) + ", but num_experts is " +
+                                      std::to_string(c.num_experts) + " (one expert count)");
   }
   c.num_experts_per_tok = r.require_int("num_experts_per_tok");
   if (c.num_experts_per_tok > c.num_experts)
