@@ -130,8 +130,9 @@ def main():
         check(f"{tag} merge_and_unload weights == grpo-export weights", same_names and worst <= 1e-5,
               f"{len(unloaded)} weights, names equal: {same_names}, max |diff| {worst:.3g}")
         # The comparison above only means something if the adapter moves the weights well past 1e-5.
+        # (the base is read again on the CPU; the merged model may sit on the device)
         before = load_causal_lm(base_dir).state_dict()
-        moved = max((ours[k].float() - before[k].float()).abs().max().item() for k in before if k in ours)
+        moved = max((ours[k].float().cpu() - before[k].float()).abs().max().item() for k in before if k in ours)
         check(f"{tag} the adapter moves the merged weights", moved >= 1e-3, f"max |merged - base| {moved:.3g}")
 
         # PEFT's own writer on the same adapter: same config keys/values and tensor names.

@@ -14,6 +14,7 @@
 #include "core/runtime/components.h"
 #include "core/runtime/logging.h"
 #include "core/runtime/policy.h"
+#include "core/train/run_dir.h"
 #include "core/util/fs.h"
 #include "core/util/strings.h"
 #include "grpo/sdk/config_view.h"
@@ -37,10 +38,10 @@ sdk::ConfigValue load_job_config(const std::vector<std::string>& files, std::vec
 }
 
 RunDir prepare_run_dir(const sdk::ConfigValue& config) {
-  const std::string run_dir = sdk::ConfigView(find_config_node(config, {"run"}), "run").require_string("output_dir");
+  const std::string run_dir = check_run_output_dir(config);  // --validate's words
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
-  if (ec) throw std::runtime_error("cannot create the run directory '" + run_dir + "': " + ec.message());
+  if (ec) fail_at_config_key(config, {"run", "output_dir"}, "cannot create the run directory '" + run_dir + "': " + ec.message());
   // First the lock: nothing of another run's is touched, not even its log.
   const std::string lock_path = (std::filesystem::path(run_dir) / ".lock").string();
   std::string holder;
@@ -55,12 +56,12 @@ RunDir prepare_run_dir(const sdk::ConfigValue& config) {
   }
   // Before anything is written: a save that was killed may have left the disk full.
   const std::vector<std::string> stale = remove_checkpoint_staging(run_dir);
-  const std::string effective = (std::filesystem::path(run_dir) / "effective_config.yaml").string();
-  atomic_write_file(effective, to_yaml(config));
+  // effective_config.yaml waits for the checks (write_effective_config): a rejected --resume must
+  // leave the file the run resumes from.
   if (const std::string log_file = sdk::ConfigView(find_config_node(config, {"log"}), "log").require_string("file");
       !log_file.empty())
     add_log_file((std::filesystem::path(run_dir) / log_file).string());
-  spdlog::info("run directory: {} (effective config: {})", run_dir, effective);
+  spdlog::info("run directory: {}", run_dir);
   if (!stale.empty())
     spdlog::info("removed {} unfinished checkpoint folder(s) an interrupted save left in {}: {}", stale.size(),
                  checkpoint_root(run_dir), join(stale, ", "));
@@ -102,6 +103,10 @@ std::vector<JsonlLine> read_jsonl_lines(const std::string& path, const std::stri
   std::ifstream file;
   std::istream* in = &std::cin;
   if (path != "-") {
+    // A folder opens as a stream on Linux and fails at the first read: a usage error, said first.
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+      throw std::invalid_argument(flag + " '" + path + "' is a folder; expected a JSONL file (or - for standard input)");
     file.open(path, std::ios::binary);
     if (!file) throw std::invalid_argument("cannot open " + flag + " '" + path + "'");
     in = &file;

@@ -44,7 +44,8 @@ struct JsonlLine {
 };
 
 // The non-blank lines of `path` ("-" = stdin). Throws std::invalid_argument
-// "cannot open FLAG 'PATH'" (e.g. FLAG = "--input") when the file cannot be opened.
+// "cannot open FLAG 'PATH'" (e.g. FLAG = "--input") when the file cannot be opened, and
+// "FLAG 'PATH' is a folder; ..." for a folder.
 std::vector<JsonlLine> read_jsonl_lines(const std::string& path, const std::string& flag);
 
 // Parses `text` as one JSON object into `out` (nlohmann::json or nlohmann::ordered_json).
@@ -75,13 +76,14 @@ struct RunDir {
   core::FileLock lock;  // on RUN_DIR/.lock; released when this is destroyed or the process ends
 };
 
-// Prepares a job's run directory (run.output_dir): creates it, takes its lock (RUN_DIR/.lock,
-// flock, holding this process's PID and host: a second run on the directory, fresh or resumed,
-// would delete the first's checkpoint in progress), removes the staging folders of interrupted
-// checkpoint saves (core/model/checkpoint_dirs.h), writes the effective configuration
-// (effective_config.yaml, atomically) and starts the log file (log.file). In data-parallel
-// jobs rank 0 alone calls it. A directory another process holds is
-// AppError(kExitConfig, "... in use by PID N on HOST ...").
+// Prepares a job's run directory (run.output_dir, checked first: check_run_output_dir): creates
+// it, takes its lock (RUN_DIR/.lock, flock, holding this process's PID and host: a second run on
+// the directory, fresh or resumed, would delete the first's checkpoint in progress), removes the
+// staging folders of interrupted checkpoint saves (core/model/checkpoint_dirs.h) and starts the
+// log file (log.file). The effective configuration is written later, once the job's checks
+// have passed (core/train/run_dir.h). In data-parallel jobs rank 0 alone calls it. A directory
+// another process holds is AppError(kExitConfig, "... in use by PID N on HOST ..."); one that
+// cannot be created, a ConfigError naming run.output_dir.
 [[nodiscard]] RunDir prepare_run_dir(const sdk::ConfigValue& config);
 
 // An app's plugin search path: the --plugin-path folders first, then what the configuration

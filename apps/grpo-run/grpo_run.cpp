@@ -49,6 +49,7 @@ Every key is documented in docs/config.md (or: grpo-run --config-reference).
 
 Examples:
   grpo-run --config configs/exact_match.yaml --validate
+  grpo-run --config configs/presets/dapo.yaml --validate-fragment   (a preset: what it checks, what it lacks)
   grpo-run --config configs/exact_match.yaml --set run.seed=2 --print-config
   grpo-run --list-plugins
   grpo-run --config configs/quickstart.yaml --nproc 2       (2 data-parallel ranks on this machine)
@@ -87,6 +88,7 @@ struct Options {
   std::string log_level;
   bool print_config = false;
   bool validate = false;
+  bool validate_fragment = false;  // --validate-fragment: a preset or a part of a job
   bool list_plugins = false;
   bool config_reference = false;
   bool resume = false;
@@ -184,13 +186,14 @@ int run(const Options& opt) {
     return kExitOk;
   }
 
-  if (opt.validate) {
-    // What training checks before its first step, but for the weights, the run directory and the other ranks.
+  if (opt.validate || opt.validate_fragment) {
+    // What training checks before its first step, but for loading the weights, creating the run
+    // directory and meeting the other ranks.
     log_blas_status();
     // dist.* errors (e.g. nccl in a CPU build) and, under torchrun / Slurm / mpirun, the world size
     // the checks depend on (groups per rank), as training would see them.
     const dist::WorldInfo world = discover_launch_world(dist::dist_options(config));
-    const CheckedTrainingJob job = check_training_job(config, registry, world.world_size, /*fragment=*/true);
+    const CheckedTrainingJob job = check_training_job(config, registry, world.world_size, opt.validate_fragment);
     const PolicySpec& policy = job.policy;
     const PolicyFiles& files = job.files;
     std::vector<std::string> names;
@@ -274,7 +277,8 @@ int grpo_run_main(int argc, char** argv) {
     ("config,c", po::value(&opt.configs)->composing(), "YAML config file; repeatable, later files win")
     ("set,s", po::value(&opt.sets)->composing(), "override a key: --set a.b.c=VALUE (VALUE is YAML); repeatable")
     ("print-config", po::bool_switch(&opt.print_config), "print the effective config as YAML and exit")
-    ("validate", po::bool_switch(&opt.validate), "run every check training runs before its first step (settings, plugins, components, model config, tokenizer, data), then exit")
+    ("validate", po::bool_switch(&opt.validate), "run every check training runs before its first step (settings, run.output_dir, plugins, components, model config and weights' values, tokenizer, data), then exit: 0 only for a configuration that can train, else training's exit code and message")
+    ("validate-fragment", po::bool_switch(&opt.validate_fragment), "--validate for a part of a configuration (a preset, a plugin's options): what it names is checked, what it lacks to train is listed, exit 0")
     ("resume", po::bool_switch(&opt.resume), "continue the run in run.output_dir from its latest complete checkpoint; one that cannot be loaded is skipped, with a warning, for the next older one (same as --set run.resume=true)")
     ("resume-from", po::value<std::int64_t>()->value_name("STEP"), "continue the run in run.output_dir from the checkpoint of step STEP, with no fallback (same as --set run.resume_from=STEP)")
     ("list-plugins", po::bool_switch(&opt.list_plugins), "list the components of every plugin on the search path")
@@ -305,13 +309,14 @@ int grpo_run_main(int argc, char** argv) {
     std::cout << "grpo-run " << GRPO_VERSION_STRING << " (plugin ABI " << host_abi_string() << ")\n";
     return kExitOk;
   }
-  const int modes = int(opt.print_config) + int(opt.validate) + int(opt.list_plugins) + int(opt.config_reference);
+  const int modes = int(opt.print_config) + int(opt.validate) + int(opt.validate_fragment) + int(opt.list_plugins) +
+                    int(opt.config_reference);
   if (modes > 1) {
-    std::cerr << "grpo-run: --print-config, --validate, --list-plugins and --config-reference exclude each other\n";
+    std::cerr << "grpo-run: --print-config, --validate, --validate-fragment, --list-plugins and --config-reference exclude each other\n";
     return kExitUsage;
   }
   if (opt.nproc > 0 && modes > 0) {
-    std::cerr << "grpo-run: --nproc only applies to training, not to --print-config, --validate, --list-plugins or --config-reference\n";
+    std::cerr << "grpo-run: --nproc only applies to training, not to --print-config, --validate, --validate-fragment, --list-plugins or --config-reference\n";
     return kExitUsage;
   }
   // Everything after the command line is grpo-run's job: a failure that is not a

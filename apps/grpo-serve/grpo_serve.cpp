@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <pthread.h>
 #include <thread>
+#include <utility>
 
 #include "apps/cli/app_common.h"
 #include "apps/cli/exit_codes.h"
@@ -59,7 +61,8 @@ const std::string& exit_codes() {
 struct Options {
   std::string model, host = "127.0.0.1", api_key, served_name, dtype = "float32", device = "cpu",
                      chat_template = "auto", logprobs = "raw", port_file, log_level = "info";
-  int port = 8000, http_threads = 128;
+  int port = 8000, http_threads = 128, max_connections = 1024;
+  double header_timeout = 10, keep_alive_timeout = 5;
   std::int64_t max_num_seqs = 32, max_model_len = 0, max_num_batched_tokens = 2048, seed = 0;
   bool ignore_eos = false;
 };
@@ -97,6 +100,9 @@ int run(const Options& opt) {
   s.device = opt.device;
   s.chat_template = opt.chat_template;
   s.http_threads = opt.http_threads;
+  s.header_timeout_s = opt.header_timeout;
+  s.keep_alive_timeout_s = opt.keep_alive_timeout;
+  s.max_connections = opt.max_connections;
   s.engine.max_num_seqs = opt.max_num_seqs;
   s.engine.max_num_batched_tokens = opt.max_num_batched_tokens;
   s.engine.seed = static_cast<std::uint64_t>(opt.seed);
@@ -136,9 +142,9 @@ int run(const Options& opt) {
   } catch (const core::CheckpointError& e) {
     throw sdk::ConfigError(std::string("--model: ") + e.what());
   }
-  spdlog::info("serving {} as '{}': {} x {} tokens of KV cache, max_num_seqs {}, {} HTTP threads{}", s.model_dir,
-               server->served_model_name(), s.engine.max_num_seqs, s.engine.max_model_len, s.engine.max_num_seqs,
-               s.http_threads, s.api_key.empty() ? "" : ", API key required");
+  spdlog::info("serving {} as '{}': {} x {} tokens of KV cache, max_num_seqs {}, {} HTTP threads, at most {} connections{}",
+               s.model_dir, server->served_model_name(), s.engine.max_num_seqs, s.engine.max_model_len, s.engine.max_num_seqs,
+               s.http_threads, s.max_connections, s.api_key.empty() ? "" : ", API key required");
   std::atomic<bool> finished{false};  // run() returned: the waiter is only being woken to exit
   std::thread waiter([&] {
     int sig = 0;
@@ -193,7 +199,10 @@ int grpo_serve_main(int argc, char** argv) {
     ("logprobs-mode", po::value(&opt.logprobs)->value_name("MODE"), "raw (default, as vLLM: log_softmax of the logits), scaled (after temperature) or processed (after top-k/top-p/min-p)")
     ("seed", po::value(&opt.seed)->value_name("SEED"), "base of the random streams of requests without a seed (default 0)")
     ("ignore-eos", po::bool_switch(&opt.ignore_eos), "EOS does not end a completion (benchmarks)")
-    ("http-threads", po::value(&opt.http_threads)->value_name("N"), "connections served at once (default 128)")
+    ("http-threads", po::value(&opt.http_threads)->value_name("N"), "requests handled at once (default 128; idle connections take none)")
+    ("header-timeout", po::value(&opt.header_timeout)->value_name("S"), "seconds for a request's headers to arrive, from its first byte or the connect; then 408 (default 10)")
+    ("keep-alive-timeout", po::value(&opt.keep_alive_timeout)->value_name("S"), "seconds an idle connection is kept between requests (default 5)")
+    ("max-connections", po::value(&opt.max_connections)->value_name("N"), "open connections; the ones beyond get 503 (default 1024)")
     ("log-level", po::value(&opt.log_level)->value_name("LEVEL"), "trace, debug, info (default), warn or error");
   // clang-format on
   try {
@@ -209,6 +218,15 @@ int grpo_serve_main(int argc, char** argv) {
     if (opt.max_num_seqs < 1) throw po::error("--max-num-seqs must be >= 1");
     if (opt.max_model_len < 0) throw po::error("--max-model-len must be >= 1 (0 = automatic)");
     if (opt.http_threads < 1) throw po::error("--http-threads must be >= 1");
+    // An upper bound too: a value meant in milliseconds (10000) would keep idle clients for hours.
+    for (const auto& [name, seconds] :
+         {std::pair{"--header-timeout", opt.header_timeout}, std::pair{"--keep-alive-timeout", opt.keep_alive_timeout}})
+      if (!(seconds > 0 && seconds <= 3600)) {
+        std::ostringstream message;
+        message << name << " must be in (0, 3600] seconds, got " << seconds;
+        throw po::error(message.str());
+      }
+    if (opt.max_connections < 1) throw po::error("--max-connections must be >= 1, got " + std::to_string(opt.max_connections));
     if (opt.logprobs != "raw" && opt.logprobs != "scaled" && opt.logprobs != "processed")
       throw po::error("--logprobs-mode must be raw, scaled or processed, got '" + opt.logprobs + "'");
     if (opt.seed < 0) throw po::error("--seed must be >= 0");

@@ -1,6 +1,7 @@
-// grpo-serve's server (server.h). About 550 lines: the scheduler that feeds the engine, the
+// grpo-serve's server (server.h). About 570 lines: the scheduler that feeds the engine, the
 // streaming state of a request and the HTTP routes are one flow, kept in one place; the API's
-// request and answer shapes are openai_protocol.cpp.
+// request and answer shapes are openai_protocol.cpp, the connections (idle and slow clients)
+// connection_gate.cpp.
 #include "apps/grpo-serve/server.h"
 
 #include <arpa/inet.h>
@@ -20,6 +21,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "apps/grpo-serve/connection_gate.h"
 #include "apps/grpo-serve/openai_protocol.h"
 #include "core/model/checkpoint.h"
 #include "core/model/checkpoint_dirs.h"
@@ -280,7 +282,7 @@ struct Server::Impl {
   std::optional<native::Engine> engine;
   ServedModel served;
   Scheduler scheduler;
-  httplib::Server http;
+  GatedHttpServer http;
   std::thread engine_thread;
   std::string id_prefix;
   std::atomic<std::uint64_t> next_id{0};
@@ -516,8 +518,14 @@ Server::Server(ServeSettings settings) : impl_(std::make_unique<Impl>()) {
   char prefix[16];
   std::snprintf(prefix, sizeof prefix, "%08x", static_cast<unsigned>(rd()));
   s.id_prefix = std::string(prefix) + "-";
-  const int threads = std::max(1, cfg.http_threads);
-  s.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+  ConnectionLimits limits;
+  limits.header_timeout_s = cfg.header_timeout_s;
+  limits.keep_alive_timeout_s = cfg.keep_alive_timeout_s;
+  limits.max_connections = cfg.max_connections;
+  limits.request_threads = std::max(1, cfg.http_threads);
+  s.http.set_connection_limits(limits, [](int status, const std::string& message) {
+    return error_body(ApiError(status, message)).dump(-1, ' ', false, json::error_handler_t::replace);
+  });
   s.http.set_payload_max_length(64ull << 20);
   s.http.set_read_timeout(60, 0);
   s.http.set_write_timeout(60, 0);

@@ -29,7 +29,13 @@ struct ServeSettings {
   std::string device = "cpu";
   std::string chat_template = "auto";
   native::EngineOptions engine;   // max_num_seqs, max_model_len, logprobs mode, seed, ...
-  int http_threads = 128;         // concurrent connections served (each waits for its answer)
+  int http_threads = 128;         // requests handled at once (each waits for its answer); idle connections take none
+  // Slow and idle clients (connection_gate.h): a request's headers must arrive within
+  // header_timeout_s (else 408), an idle connection closes after keep_alive_timeout_s, and the
+  // connections beyond max_connections get 503.
+  double header_timeout_s = 10;
+  double keep_alive_timeout_s = 5;
+  int max_connections = 1024;
 };
 
 class Server {

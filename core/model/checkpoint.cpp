@@ -143,6 +143,7 @@ void save_model(const std::string& dir, CausalLM& model, const SaveOptions& opti
       tok.chat_templates = options.chat_templates;
       write_tokenizer_files(staging.string(), *options.tokenizer, tok);
     }
+    for (const auto& [name, text] : options.extra_files) atomic_write_file((staging / name).string(), text);
     ::chmod(staging.c_str(), 0755);  // mkdtemp creates 0700; checkpoints are ordinary folders
     // Into place in one step, so DIR always names a complete checkpoint.
     replace_directory(staging.string(), target.string());

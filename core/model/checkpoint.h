@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/model/model_config.h"
 #include "core/model/safetensors_torch.h"
@@ -54,6 +56,9 @@ struct SaveOptions {
   const Tokenizer* tokenizer = nullptr;  // when set, tokenizer.json + tokenizer_config.json
   // tokenizer_config.json's chat_template (TokenizerFilesOptions::chat_templates).
   std::optional<std::vector<NamedChatTemplate>> chat_templates;
+  // Further files (name, text) written into the folder with the others, in the same atomic
+  // replace (grpo-export's record of what it merged).
+  std::vector<std::pair<std::string, std::string>> extra_files;
 };
 
 // Writes the folder atomically: every file goes through the atomic writer (fsynced) into a

@@ -147,30 +147,48 @@ PeftAdapterConfig read_peft_adapter_config(const std::string& adapter_dir) {
   if (!j.is_object()) fail("expected a JSON object");
   PeftAdapterConfig out;
   LoraSettings& s = out.settings;
+  if (j.contains("peft_type") && !j["peft_type"].is_string()) fail("peft_type: expected \"LORA\", got " + j["peft_type"].dump());
   const std::string peft_type = j.value("peft_type", std::string());
   if (peft_type != "LORA") fail("peft_type is \"" + peft_type + "\"; only LORA adapters are supported");
-  try {
-    s.r = j.at("r").get<std::int64_t>();
-    s.lora_alpha = j.value("lora_alpha", 8.0);
-    s.lora_dropout = j.value("lora_dropout", 0.0);
-    s.use_rslora = j.value("use_rslora", false);
-    if (j.contains("base_model_name_or_path") && j["base_model_name_or_path"].is_string())
-      out.base_model_name_or_path = j["base_model_name_or_path"].get<std::string>();
-    const auto& t = j.at("target_modules");
-    if (t.is_string()) {
-      if (t.get<std::string>() != kAllLinear)
-        fail("target_modules is the regular expression \"" + t.get<std::string>() +
-             "\"; only a list of module names or \"all-linear\" is supported");
-      s.target_modules = {kAllLinear};
-    } else {
-      s.target_modules = t.get<std::vector<std::string>>();
-      std::sort(s.target_modules.begin(), s.target_modules.end());
-    }
-    if (j.contains("init_lora_weights") && j["init_lora_weights"].is_string() && j["init_lora_weights"] == "gaussian")
-      s.init = LoraInit::kGaussian;
-  } catch (const nlohmann::json::exception& e) {
-    fail(std::string("unexpected content: ") + e.what());
+  // Each key's type checked by name: nlohmann's own type_error does not say which key it was.
+  auto typed = [&](const char* key, bool ok, const char* expected) {
+    if (!ok) fail(std::string(key) + ": expected " + expected + ", got " + j[key].dump());
+  };
+  if (!j.contains("r")) fail("r: missing (the adapters' rank, an integer >= 1)");
+  // 8.0 is an integer too (a config written by another tool); 8.5 is not.
+  const nlohmann::json& r = j["r"];
+  const bool whole = r.is_number_float() && std::trunc(r.get<double>()) == r.get<double>() && std::abs(r.get<double>()) < 1e15;
+  typed("r", r.is_number_integer() || whole, "an integer >= 1 (the adapters' rank)");
+  s.r = whole ? static_cast<std::int64_t>(r.get<double>()) : r.get<std::int64_t>();
+  if (j.contains("lora_alpha")) {
+    typed("lora_alpha", j["lora_alpha"].is_number(), "a number");
+    s.lora_alpha = j["lora_alpha"].get<double>();
   }
+  if (j.contains("lora_dropout")) {
+    typed("lora_dropout", j["lora_dropout"].is_number(), "a number in [0, 1)");
+    s.lora_dropout = j["lora_dropout"].get<double>();
+  }
+  if (j.contains("use_rslora")) {
+    typed("use_rslora", j["use_rslora"].is_boolean(), "true or false");
+    s.use_rslora = j["use_rslora"].get<bool>();
+  }
+  if (j.contains("base_model_name_or_path") && j["base_model_name_or_path"].is_string())
+    out.base_model_name_or_path = j["base_model_name_or_path"].get<std::string>();
+  if (!j.contains("target_modules")) fail("target_modules: missing (a list of module names or \"all-linear\")");
+  const auto& t = j["target_modules"];
+  const bool names = t.is_array() && std::all_of(t.begin(), t.end(), [](const nlohmann::json& e) { return e.is_string(); });
+  typed("target_modules", t.is_string() || names, "a list of module names or \"all-linear\"");
+  if (t.is_string()) {
+    if (t.get<std::string>() != kAllLinear)
+      fail("target_modules is the regular expression \"" + t.get<std::string>() +
+           "\"; only a list of module names or \"all-linear\" is supported");
+    s.target_modules = {kAllLinear};
+  } else {
+    s.target_modules = t.get<std::vector<std::string>>();
+    std::sort(s.target_modules.begin(), s.target_modules.end());
+  }
+  if (j.contains("init_lora_weights") && j["init_lora_weights"].is_string() && j["init_lora_weights"] == "gaussian")
+    s.init = LoraInit::kGaussian;
   if (s.r < 1) fail("r is " + std::to_string(s.r) + "; a LoRA rank is >= 1");
   // Features that change the adapter's math or its tensors: refused rather than misread.
   auto refuse_if = [&](bool present, const std::string& what) {

@@ -127,7 +127,75 @@ TensorInfo parse_tensor(const std::string& source, const std::string& name, cons
   return info;
 }
 
+// The element at flat index `flat` of a C-order tensor of `shape`, as "[i, j, ...]".
+std::string index_text(uint64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> index(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    index[d] = static_cast<int64_t>(flat % static_cast<uint64_t>(shape[d]));
+    flat /= static_cast<uint64_t>(shape[d]);
+  }
+  return shape_text(index);
+}
+
+// IEEE binary formats: a value is NaN or infinite exactly when its exponent bits are all set
+// (NaN when the mantissa is not 0).
+template <typename Bits>
+Bits bits_at(const uint8_t* data, uint64_t i) {
+  Bits b;
+  std::memcpy(&b, data + i * sizeof(Bits), sizeof(Bits));  // files by other writers may be unaligned
+  return b;
+}
+
+// Branch-free, so that the loop vectorizes: the scan runs at memory speed.
+template <typename Bits>
+uint64_t count_non_finite(const uint8_t* data, uint64_t n, Bits exponent) {
+  uint64_t count = 0;
+  for (uint64_t i = 0; i < n; ++i) count += static_cast<uint64_t>((bits_at<Bits>(data, i) & exponent) == exponent);
+  return count;
+}
+
+// The masks of a floating-point dtype (exponent 0 for the others: nothing to check).
+template <typename Fn>
+auto with_float_bits(StDType dtype, Fn&& fn) {
+  switch (dtype) {
+    case StDType::F64: return fn(uint64_t{0x7FF0000000000000ULL}, uint64_t{0x000FFFFFFFFFFFFFULL});
+    case StDType::F32: return fn(uint32_t{0x7F800000U}, uint32_t{0x007FFFFFU});
+    case StDType::F16: return fn(uint16_t{0x7C00}, uint16_t{0x03FF});
+    case StDType::BF16: return fn(uint16_t{0x7F80}, uint16_t{0x007F});
+    default: return fn(uint8_t{0}, uint8_t{0});  // integers and booleans; F8 cannot be loaded (safetensors_torch.h)
+  }
+}
+
+template <typename Bits>
+void check_finite_bits(const std::string& source, const TensorInfo& info, const uint8_t* data, Bits exponent,
+                       Bits mantissa) {
+  const uint64_t n = info.numel();
+  const uint64_t count = count_non_finite<Bits>(data, n, exponent);
+  if (count == 0) return;
+  uint64_t first = 0;
+  while ((bits_at<Bits>(data, first) & exponent) != exponent) ++first;
+  const Bits b = bits_at<Bits>(data, first);
+  const char* value = (b & mantissa) != 0 ? "NaN" : (b >> (8 * sizeof(Bits) - 1)) != 0 ? "-inf" : "inf";
+  fail_tensor(source, info.name,
+              std::to_string(count) + " of its " + std::to_string(n) + " values are not finite (the first, at " +
+                  index_text(first, info.shape) + ", is " + value +
+                  "); weights must be finite numbers: the file is damaged or was saved from a diverged run");
+}
+
 }  // namespace
+
+void check_finite_values(const std::string& source, const TensorInfo& info, const uint8_t* data) {
+  with_float_bits(info.dtype, [&](auto exponent, auto mantissa) {
+    if (exponent != 0) check_finite_bits(source, info, data, exponent, mantissa);
+  });
+}
+
+bool has_non_finite(StDType dtype, const uint8_t* data, uint64_t nbytes) {
+  return with_float_bits(dtype, [&](auto exponent, auto) {
+    using Bits = decltype(exponent);
+    return exponent != 0 && count_non_finite<Bits>(data, nbytes / sizeof(Bits), exponent) > 0;
+  });
+}
 
 std::size_t dtype_size(StDType dtype) { return row_of(dtype).size; }
 const char* dtype_name(StDType dtype) { return row_of(dtype).name; }

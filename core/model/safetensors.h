@@ -98,6 +98,16 @@ class MappedSafetensors {
   std::map<std::string, std::size_t, std::less<>> index_;
 };
 
+// Weights are finite numbers: a NaN or an infinity in F64, F32, F16 or BF16 data is a damaged
+// file or the save of a diverged run, never a usable weight (a NaN adapter passes every shape
+// check and turns the whole model into NaN). Throws SafetensorsError naming `source`, the tensor,
+// how many of its values are not finite and the first one; other dtypes pass. `data` holds the
+// tensor's info.nbytes() bytes, at any alignment. A raw scan of the bytes: memory-bound.
+void check_finite_values(const std::string& source, const TensorInfo& info, const uint8_t* data);
+// Its fast test alone, over `nbytes` bytes of `dtype` data (a whole number of values): for data
+// checked a slice at a time, then reported by check_finite_values.
+bool has_non_finite(StDType dtype, const uint8_t* data, uint64_t nbytes);
+
 // One tensor to write: `nbytes` bytes at `data`, which must equal numel(shape) *
 // dtype_size(dtype) (checked).
 struct RawTensor {

@@ -1,5 +1,6 @@
 #include "core/model/safetensors_torch.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -116,7 +117,17 @@ torch::Tensor tensor_from_mapping(const MappedSafetensors& file, const TensorInf
     throw SafetensorsError("safetensors file " + quoted(file.path()) + ": tensor " + quoted(info.name) + " has dtype " +
                            dtype_name(info.dtype) + ", which LibTorch " + TORCH_VERSION + " cannot represent");
   torch::Tensor t = torch::empty(info.shape, torch::TensorOptions().dtype(*type).device(torch::kCPU));
-  if (info.nbytes() > 0) std::memcpy(t.data_ptr(), file.data(info), info.nbytes());
+  // Every loader (models, adapters, checkpoints, resume) comes through here, so the values are
+  // checked here, each slice right after its copy while it is still in cache: a second pass
+  // over the file would cost as much as the copy.
+  constexpr uint64_t kSlice = 256 * 1024;  // a multiple of every element size
+  auto* to = static_cast<uint8_t*>(t.data_ptr());
+  const uint8_t* from = file.data(info);
+  for (uint64_t at = 0; at < info.nbytes(); at += kSlice) {
+    const uint64_t n = std::min(kSlice, info.nbytes() - at);
+    std::memcpy(to + at, from + at, n);
+    if (has_non_finite(info.dtype, to + at, n)) check_finite_values(file.path(), info, from);  // throws, naming the first
+  }
   return t;
 }
 
@@ -137,12 +148,30 @@ void save_safetensors(const std::string& path, const NamedTensorList& tensors,
 }
 
 NamedTensorList load_checkpoint_tensors(const std::string& dir) {
+  NamedTensorList out;
+  for_each_checkpoint_tensor(dir, [&](const MappedSafetensors& file, const TensorInfo& info) {
+    out.emplace_back(info.name, tensor_from_mapping(file, info));
+  });
+  return out;
+}
+
+void check_checkpoint_finite(const std::string& dir) {
+  for_each_checkpoint_tensor(dir, [](const MappedSafetensors& file, const TensorInfo& info) {
+    check_finite_values(file.path(), info, file.data(info));
+  });
+}
+
+void for_each_checkpoint_tensor(const std::string& dir, const CheckpointTensorVisitor& visit) {
   const fs::path root(dir);
   const fs::path index_path = root / kSafetensorsIndexFile;
   const fs::path single_path = root / kSafetensorsSingleFile;
   std::error_code ec;
   if (!fs::exists(index_path, ec)) {
-    if (fs::exists(single_path, ec)) return load_safetensors(single_path.string());
+    if (fs::exists(single_path, ec)) {
+      const auto file = MappedSafetensors::open(single_path.string());
+      for (const auto& info : file->header().tensors) visit(*file, info);
+      return;
+    }
     throw SafetensorsError("checkpoint folder " + quoted(dir) + " has neither " + kSafetensorsIndexFile + " nor " +
                            kSafetensorsSingleFile);
   }
@@ -173,7 +202,6 @@ NamedTensorList load_checkpoint_tensors(const std::string& dir) {
     shards[shard].insert(it.key());
   }
 
-  NamedTensorList out;
   for (const auto& [shard, expected] : shards) {
     const fs::path shard_path = root / shard;
     if (!fs::exists(shard_path, ec))
@@ -186,13 +214,12 @@ NamedTensorList load_checkpoint_tensors(const std::string& dir) {
       if (mapped->get_ref<const std::string&>() != shard)
         fail_index(ipath, "tensor " + quoted(info.name) + " is in shard " + quoted(shard) + " but the index maps it to " +
                               quoted(mapped->get<std::string>()));
-      out.emplace_back(info.name, tensor_from_mapping(*file, info));
+      visit(*file, info);
     }
     for (const auto& name : expected)
       if (file->find(name) == nullptr)
         fail_index(ipath, "tensor " + quoted(name) + " is mapped to shard " + quoted(shard) + ", which does not hold it");
   }
-  return out;
 }
 
 void save_checkpoint_tensors(const std::string& dir, const NamedTensorList& tensors, std::uint64_t max_shard_bytes,

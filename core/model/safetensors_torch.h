@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,7 +32,8 @@ std::optional<c10::ScalarType> to_torch_dtype(StDType dtype);
 
 // One tensor of a mapped file as a CPU tensor that owns its memory (copied out of the
 // mapping, so it is aligned, writable and independent of the file). Throws SafetensorsError
-// naming the file and tensor for a dtype LibTorch cannot represent.
+// naming the file and tensor for a dtype LibTorch cannot represent or a value that is not
+// finite (check_finite_values): every load of weights comes through here.
 torch::Tensor tensor_from_mapping(const MappedSafetensors& file, const TensorInfo& info);
 
 // Every tensor of a file, in data order (the order the tensors are stored in the file; for
@@ -52,6 +54,15 @@ void save_safetensors(const std::string& path, const NamedTensorList& tensors,
 // none is missing), else model.safetensors. Order: shards by file name, then data order.
 // Throws SafetensorsError naming `dir` when neither file exists.
 NamedTensorList load_checkpoint_tensors(const std::string& dir);
+
+// The tensors of a checkpoint folder as load_checkpoint_tensors finds them (the same index
+// checks and errors, the same order), each passed to `visit` with its mapped file, unread.
+using CheckpointTensorVisitor = std::function<void(const MappedSafetensors& file, const TensorInfo& info)>;
+void for_each_checkpoint_tensor(const std::string& dir, const CheckpointTensorVisitor& visit);
+
+// check_finite_values over every tensor of a checkpoint folder without loading it (a raw scan
+// of the mapped files): `grpo-run --validate` finds a NaN model before any weights load.
+void check_checkpoint_finite(const std::string& dir);
 
 // Saves a checkpoint into `dir` (created if needed): one model.safetensors when the tensors'
 // total size is <= max_shard_bytes, else shards model-0000k-of-0000n.safetensors (tensors in

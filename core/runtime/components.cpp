@@ -175,9 +175,14 @@ RuntimeComponents create_components(PluginRegistry& registry, const sdk::ConfigV
       const std::string key_path = "tools[" + std::to_string(i) + "]";
       out.tools.push_back(create_tool_slot(registry, component_name(node, key_path), node.is_map() ? &node : nullptr, key_path));
       for (std::size_t j = 0; j < i; ++j)
-        if (out.tools[j].call_name == out.tools[i].call_name)
-          throw sdk::ConfigError(key_path + ": a second tool is called '" + out.tools[i].call_name + "' (first: " +
-                                 out.tools[j].key_path + "); rename one with `as`");
+        if (out.tools[j].call_name == out.tools[i].call_name) {
+          // At the second tool's `as` when it has one (that is the name to change), else at the tool.
+          const sdk::ConfigValue* as = node.is_map() ? node.find("as") : nullptr;
+          const std::string first_at = list->items()[j].location().to_string();
+          fail_at_key(as ? as : &node, as ? key_path + ".as" : key_path,
+                      "a second tool is called '" + out.tools[i].call_name + "' (first: " + out.tools[j].key_path +
+                          (first_at.empty() ? std::string() : " at " + first_at) + "); rename one with `as`");
+        }
     }
   }
   // Construction order: the backend first (it loads the model), then the algorithm.

@@ -101,31 +101,41 @@ LoraSettings lora_settings(const sdk::ConfigValue& root, std::vector<std::string
 
 }  // namespace
 
+std::optional<RunDirectoryCheckpoint> run_directory_checkpoint(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty() || !fs::is_directory(path, ec) || fs::exists(fs::path(path) / "config.json", ec)) return std::nullopt;
+  const auto latest = latest_checkpoint(path);
+  if (!latest) return std::nullopt;  // the caller reports the missing config.json
+  RunDirectoryCheckpoint out;
+  out.path = *latest;
+  out.adapter = !fs::exists(fs::path(*latest) / "config.json", ec) && fs::exists(fs::path(*latest) / kAdapterConfigFile, ec);
+  if (out.adapter) {
+    try {
+      out.adapter_base = read_peft_adapter_config(*latest).base_model_name_or_path;
+    } catch (const std::exception&) {
+      // Only for the message; loading the adapter reports a bad adapter_config.json.
+    }
+  }
+  return out;
+}
+
 void resolve_model_path(sdk::ConfigValue& root) {
   sdk::ConfigValue* model = root.find("model");
   sdk::ConfigValue* path = model && model->is_map() ? model->find("path") : nullptr;
   if (!path || !path->is_scalar() || path->scalar().empty()) return;
-  const std::filesystem::path dir = path->scalar();
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec) || std::filesystem::exists(dir / "config.json", ec)) return;
-  const auto latest = latest_checkpoint(dir.string());
-  if (!latest) return;  // check_policy_files reports the missing config.json
-  std::error_code exists_ec;
-  if (!std::filesystem::exists(std::filesystem::path(*latest) / "config.json", exists_ec) &&
-      std::filesystem::exists(std::filesystem::path(*latest) / kAdapterConfigFile, exists_ec)) {
-    std::string base;
-    try {
-      base = read_peft_adapter_config(*latest).base_model_name_or_path;
-    } catch (const std::exception&) {
-    }
+  const std::string dir = path->scalar();
+  const auto latest = run_directory_checkpoint(dir);
+  if (!latest) return;
+  if (latest->adapter)
     fail_at_key(path, "model.path",
-                "'" + dir.string() + "' is a LoRA run: its newest checkpoint " + *latest +
+                "'" + dir + "' is a LoRA run: its newest checkpoint " + latest->path +
                     " is a PEFT adapter, not a model. Set model.path to the base model" +
-                    (base.empty() ? std::string() : " (" + base + ")") + " and model.lora.adapter_path: " + *latest +
+                    (latest->adapter_base.empty() ? std::string() : " (" + latest->adapter_base + ")") +
+                    " and model.lora.adapter_path: " + latest->path +
                     ", or write a merged model with grpo-export --merge (docs/lora.md)");
-  }
-  spdlog::info("model.path: {} is a run directory; using its newest checkpoint {}", dir.string(), *latest);
-  *path = sdk::ConfigValue::make_scalar(*latest, path->location());
+  spdlog::info("model.path: {} is a run directory; using its newest checkpoint {}", dir, latest->path);
+  *path = sdk::ConfigValue::make_scalar(latest->path, path->location());
 }
 
 torch::Device policy_device(const sdk::ConfigValue& root) {
@@ -262,9 +272,22 @@ void check_lora_against_model(const PolicySpec& spec, const ModelConfig& config)
   }
 }
 
-}  // namespace
+// A NaN or an infinity in the model's weights, found before anything loads (a raw scan of the
+// mapped files: memory-bound, docs/training.md). A folder without weights is grpo-sft's
+// sft.init: random (and otherwise reported when the weights load).
+void check_model_weights_finite(const PolicySpec& spec) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = spec.model_path;
+  if (!fs::exists(dir / kSafetensorsIndexFile, ec) && !fs::exists(dir / kSafetensorsSingleFile, ec)) return;
+  try {
+    check_checkpoint_finite(spec.model_path);
+  } catch (const std::exception& e) {
+    fail_at_key(spec.model_node, "model.path", e.what());
+  }
+}
 
-PolicyFiles check_policy_files(const PolicySpec& spec) {
+PolicyFiles check_policy_files(const PolicySpec& spec, bool scan_weights) {
   PolicyFiles files;
   if (!spec.model_path.empty()) {
     const std::string config_json = (std::filesystem::path(spec.model_path) / "config.json").string();
@@ -279,6 +302,7 @@ PolicyFiles check_policy_files(const PolicySpec& spec) {
       fail_at_key(spec.model_node, "model.path",
                   config_json + " names a *ForSequenceClassification (a reward model: its score head has no vocabulary); "
                   "the policy is a *ForCausalLM. A reward model goes under reward_model.path");
+    if (scan_weights) check_model_weights_finite(spec);
     if (spec.lora.enabled()) check_lora_against_model(spec, files.model_config);
   }
   if (!spec.tokenizer_path.empty()) {
@@ -305,13 +329,26 @@ PolicyFiles check_policy_files(const PolicySpec& spec) {
   return files;
 }
 
+}  // namespace
+
+PolicyFiles check_policy_files(const PolicySpec& spec) { return check_policy_files(spec, /*scan_weights=*/true); }
+
 LoadedPolicy load_policy(const PolicySpec& spec) {
-  PolicyFiles files = check_policy_files(spec);
+  // No separate scan: the load checks every value it copies (tensor_from_mapping), and reports a
+  // bad weight file as the scan would, naming model.path.
+  PolicyFiles files = check_policy_files(spec, /*scan_weights=*/false);
   LoadedPolicy policy;
   policy.tokenizer = std::move(files.tokenizer);
   policy.chat_template = std::move(files.chat_template);
   if (!spec.model_path.empty()) {
-    policy.model = load_model(spec.model_path, dtype_from_name(spec.dtype, "model.dtype"), spec.device);
+    const torch::Dtype dtype = dtype_from_name(spec.dtype, "model.dtype");
+    try {
+      policy.model = load_model(spec.model_path, dtype, spec.device);
+    } catch (const SafetensorsError& e) {  // a weight file that cannot be read, or a NaN in it
+      fail_at_key(spec.model_node, "model.path", e.what());
+    } catch (const CheckpointError& e) {  // tensors that do not fit config.json
+      fail_at_key(spec.model_node, "model.path", e.what());
+    }
     if (spec.lora.enabled()) attach_lora(spec, policy);
   }
   return policy;

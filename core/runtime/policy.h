@@ -32,6 +32,17 @@ struct PolicySpec {
   std::vector<std::string> lora_requested_targets;  // target_modules set beside adapter_path (checked against it)
 };
 
+// What a model path naming a run directory of grpo-sft or grpo-run (a folder with no
+// config.json that holds a complete checkpoint) stands for: its newest complete checkpoint.
+// nullopt for anything else (a model folder, a missing path), left to the caller's own checks.
+// The one rule for model.path and the apps' model flags (grpo-export --base).
+struct RunDirectoryCheckpoint {
+  std::string path;          // the newest complete checkpoint folder
+  bool adapter = false;      // a PEFT adapter (a LoRA run), not a model
+  std::string adapter_base;  // then its base_model_name_or_path ("" when unreadable)
+};
+std::optional<RunDirectoryCheckpoint> run_directory_checkpoint(const std::string& path);
+
 // model.path may name a run directory of grpo-sft or grpo-run instead of a model folder: when
 // it has no config.json but holds a complete checkpoint, model.path (and with it the rollout
 // backend's model and the tokenizer) becomes the newest checkpoint folder, logged. Call once,
@@ -66,10 +77,12 @@ struct PolicyFiles {
   std::optional<ChatTemplate> chat_template;  // tokenizer.chat_template resolved (with a tokenizer)
 };
 
-// Parses config.json, loads the tokenizer and resolves and parses the chat template, and with
-// model.lora checks the targets against config.json and adapter_path's tensors against them
-// (cheap: no model weights are read; `auto` without a template in the tokenizer's files is a logged warning and
-// the built-in chatml). Problems are sdk::ConfigError naming the config key's location and the
+// Parses config.json, scans the model's weight files for NaN and infinities (a memory-bound
+// raw scan of the mapped files, nothing loaded; a folder without weights is skipped), loads the
+// tokenizer and resolves and parses the chat template, and with model.lora checks the targets
+// against config.json and adapter_path's tensors against them (shapes; finite values, as every
+// load does). `auto` without a template in the tokenizer's files is a logged warning and the
+// built-in chatml. Problems are sdk::ConfigError naming the config key's location and the
 // file's own error, e.g.
 //   "run.yaml:3:9: model.path: models/q/config.json: use_sliding_window: ... not supported".
 PolicyFiles check_policy_files(const PolicySpec& spec);
@@ -83,7 +96,9 @@ struct LoadedPolicy {
 };
 
 // check_policy_files() and then the weights; with model.lora, the adapters (fresh, or read
-// from adapter_path) attached.
+// from adapter_path) attached. The weights are not scanned twice: the load checks each value it
+// copies. Weight files that cannot be used (unreadable, NaN, tensors that do not fit
+// config.json) are sdk::ConfigError naming model.path, as adapter_path's are.
 LoadedPolicy load_policy(const PolicySpec& spec);
 
 // Attaches spec.lora's adapters to policy.model (fresh from spec.lora_seed, or loaded from

@@ -15,6 +15,7 @@
 #include "core/model/logprobs.h"
 #include "core/config/config_access.h"
 #include "core/train/packing.h"
+#include "core/train/run_dir.h"
 #include "core/train/train_state.h"
 #include "grpo/sdk/config_view.h"
 
@@ -270,6 +271,7 @@ void run_sft(const SftSettings& s, const sdk::ConfigValue& config, LoadedPolicy&
                  state.step, s.steps);
     return;
   }
+  write_effective_config(s.run_dir, config);  // every check passed, the resume's too
   RunMetrics run_metrics(s.run_dir, resumed ? state.step : -1, s.steps, "sft step", sft_plot_panels());
   PromptSampler sampler(train.prompts.size(), s.seed, s.data.shuffle);
   sampler.set_position(state.data);

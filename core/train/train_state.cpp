@@ -4,9 +4,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "core/metrics/crc32c.h"
 #include "core/model/checkpoint.h"
 #include "core/model/checkpoint_dirs.h"
+#include "core/model/lora.h"
 #include "core/model/safetensors_torch.h"
 #include "core/tokenizer/tokenizer_files.h"
 #include "core/train/optimizer.h"
@@ -157,24 +160,55 @@ struct CheckpointData {
   std::optional<NamedTensorList> reference;
 };
 
+// A checkpoint whose files verify but that another configuration wrote (whole model vs LoRA,
+// another rank, scaling or targets): with `config` (resume), a ConfigError naming the key to set
+// back, since every older checkpoint of the run was written the same way (no fallback); without,
+// a CheckpointError.
+void check_checkpoint_matches_config(const fs::path& d, const CheckpointContents& c, const sdk::ConfigValue* config) {
+  auto fail = [&](std::initializer_list<const char*> key, const std::string& what) {
+    if (config) fail_at_config_key(*config, key, d.string() + " " + what);
+    throw CheckpointError(d.string() + ": " + what);
+  };
+  const bool holds_adapter = fs::exists(d / kAdapterConfigFile) && !fs::exists(d / "config.json");
+  if (holds_adapter && !c.lora)
+    fail({"model", "lora"}, "holds LoRA adapters (adapter_config.json), but this run trains every weight: set model.lora as "
+                            "the run that wrote it did");
+  if (!holds_adapter && c.lora)
+    fail({"model", "lora"}, "holds a whole model, but this run trains LoRA adapters (model.lora): resume it without "
+                            "model.lora, or start the adapters from scratch in a new run.output_dir");
+  if (!c.lora) return;
+  LoraSettings saved;
+  try {
+    saved = read_peft_adapter_config(d.string()).settings;
+  } catch (const std::exception& e) {
+    throw CheckpointError(d.string() + ": " + e.what());
+  }
+  const LoraSettings& mine = c.lora->settings();
+  if (saved.r != mine.r)
+    fail({"model", "lora", "r"}, "holds adapters of rank " + std::to_string(saved.r) + " (adapter_config.json); this run has " +
+                                     "model.lora.r " + std::to_string(mine.r) + ": resume with the rank the run was started with");
+  try {
+    c.lora->check_peft_config(d.string());  // scaling and targets as this run's
+  } catch (const std::exception& e) {
+    const bool scaling = std::abs(saved.scaling() - mine.scaling()) > 1e-12 * std::max(1.0, std::abs(mine.scaling()));
+    fail(scaling ? std::initializer_list<const char*>{"model", "lora", "lora_alpha"}
+                 : std::initializer_list<const char*>{"model", "lora", "target_modules"},
+         std::string("was written by adapters this run's model.lora does not make: ") + e.what());
+  }
+}
+
 // Every check that needs no change to the models: an error here leaves them as they were.
-void read_checkpoint(const fs::path& d, const CheckpointContents& c, CheckpointData& out) {
+void read_checkpoint(const fs::path& d, const CheckpointContents& c, CheckpointData& out,
+                     const sdk::ConfigValue* config = nullptr) {
   out.state = parse_state((d / kStateFile).string());
   if (out.state.files.empty())
     spdlog::warn("{}: written before checkpoints recorded sizes and checksums (trainer_state.json format {}): its files "
                  "are loaded unverified", d.string(), kStateFormatWithoutFiles);
-  verify_files(d, out.state.files);
+  verify_files(d, out.state.files);  // damage first: a damaged file is no statement about the configuration
   auto file_error = [&](const char* file, const std::string& what) { return CheckpointError((d / file).string() + ": " + what); };
-  const bool holds_adapter = fs::exists(d / kAdapterConfigFile) && !fs::exists(d / "config.json");
-  if (holds_adapter && !c.lora)
-    throw CheckpointError(d.string() + ": holds LoRA adapters (adapter_config.json), but this run trains every weight: "
-                          "set model.lora as the run that wrote it did");
-  if (!holds_adapter && c.lora)
-    throw CheckpointError(d.string() + ": holds a whole model, but this run trains LoRA adapters (model.lora): resume it "
-                          "without model.lora, or start the adapters from scratch in a new run.output_dir");
+  check_checkpoint_matches_config(d, c, config);
   try {
     if (c.lora) {
-      c.lora->check_peft_config(d.string());  // rank, scaling and targets as this run's
       const fs::path weights = d / kAdapterWeightsFile;
       out.policy = load_safetensors(weights.string());
       check_peft_tensors((*c.policy)->config(), c.lora->settings(), out.policy, weights.string());
@@ -259,6 +293,23 @@ std::string optimizer_layout_mismatch(const fs::path& d, const CheckpointContent
            std::to_string(c.shard_world) + ": resume it with " + std::to_string(saved_world) +
            " ranks (re-sharding to another world size is not supported)";
   return "";
+}
+
+// Moves the checkpoint folder `dir` to checkpoints/superseded/<name>.before-step-<step> (".2",
+// ".3", ... when taken), never deleting it: it belongs to a history the run left when it resumed
+// from an older checkpoint (--resume-from, or a fallback past a damaged one), and a damaged one
+// may be worth a look.
+void move_to_superseded(const fs::path& root, const fs::path& dir, std::int64_t step, const std::string& why) {
+  const std::string name = dir.filename().string() + ".before-step-" + std::to_string(step);
+  fs::path aside = root / kSupersededFolder / name;
+  for (int n = 2; fs::exists(aside); ++n) aside = root / kSupersededFolder / (name + "." + std::to_string(n));
+  std::error_code ec;
+  fs::create_directories(aside.parent_path(), ec);
+  if (!ec) fs::rename(dir, aside, ec);
+  if (ec)
+    throw CheckpointError("cannot move the checkpoint " + dir.string() + ", " + why + ", out of the way (to " +
+                          aside.string() + "): " + ec.message());
+  spdlog::warn("checkpoint {} is {} (the run resumed from an older one): moved to {}", dir.string(), why, aside.string());
 }
 
 std::string step_list(const std::vector<std::pair<std::int64_t, fs::path>>& all) {
@@ -353,7 +404,11 @@ TrainerState save_checkpoint(const std::string& run_dir, const TrainerState& sta
     if (c.reference) save_safetensors((staging / kReferenceFile).string(), model_state_tensors(*c.reference));
     written.files = record_files(staging);
     atomic_write_file((staging / kStateFile).string(), state_json(written).dump(2) + "\n");
-    replace_directory(staging.string(), final_dir.string());  // a re-run of the same step replaces it
+    // A folder of this step already there is of the history the run left (a damaged step the
+    // resume fell back past, or a step after --resume-from's): kept aside, never replaced.
+    if (fs::exists(final_dir))
+      move_to_superseded(root, final_dir, state.step, "of the step " + std::to_string(state.step) + ", being saved again");
+    replace_directory(staging.string(), final_dir.string());
     if (c.shard_world > 0) fs::remove_all(shards);
   } catch (const std::exception& e) {
     std::error_code ec;
@@ -370,18 +425,7 @@ TrainerState save_checkpoint(const std::string& run_dir, const TrainerState& sta
   bool moved = false;
   for (const auto& [newer_step, dir] : complete_checkpoints(run_dir)) {
     if (newer_step <= state.step) continue;
-    const std::string name = dir.filename().string() + ".before-step-" + std::to_string(state.step);
-    fs::path aside = root / kSupersededFolder / name;
-    for (int n = 2; fs::exists(aside); ++n) aside = root / kSupersededFolder / (name + "." + std::to_string(n));
-    std::error_code ec;
-    fs::create_directories(aside.parent_path(), ec);
-    if (!ec) fs::rename(dir, aside, ec);
-    if (ec)
-      throw CheckpointError("cannot move the checkpoint " + dir.string() + ", newer than the step " +
-                            std::to_string(state.step) + " just saved, out of the way (to " + aside.string() + "): " +
-                            ec.message());
-    spdlog::warn("checkpoint {} is newer than the step {} just saved (the run resumed from an older one): moved to {}",
-                 dir.string(), state.step, aside.string());
+    move_to_superseded(root, dir, state.step, "newer than the step " + std::to_string(state.step) + " just saved");
     moved = true;
   }
   if (moved) fsync_directory(root.string());
@@ -429,7 +473,7 @@ bool resume_from_checkpoint(const sdk::ConfigValue& config, const std::string& r
       fail_at_config_key(config, {"dist", "sharding"}, dir.string() + " " + why);
     try {
       CheckpointData data;
-      read_checkpoint(dir, contents, data);
+      read_checkpoint(dir, contents, data, &config);
       if (data.state.step != candidate_step)
         throw CheckpointError((dir / kStateFile).string() + ": records step " + std::to_string(data.state.step) +
                               ", not the folder's step " + std::to_string(candidate_step));

@@ -88,7 +88,10 @@ void save_optimizer_shard(const std::string& run_dir, std::int64_t step, torch::
 
 // Writes the checkpoint of state.step atomically and durably (with contents.shard_world > 0, with
 // the optimizer shards every rank saved: save_optimizer_shard), then deletes complete checkpoints
-// beyond the newest `keep_last` (0 = keep all). Returns the state as written (with `files`).
+// beyond the newest `keep_last` (0 = keep all). A folder of the same step already there, and
+// complete checkpoints of later steps (a history the run left when it resumed from an older
+// checkpoint) are moved to checkpoints/superseded/, with a warning, never deleted. Returns the
+// state as written (with `files`).
 // Any failure is a CheckpointError (core/model/checkpoint.h) naming the checkpoint and the
 // cause; the staging folder is removed and the earlier checkpoints are untouched.
 TrainerState save_checkpoint(const std::string& run_dir, const TrainerState& state, const CheckpointContents& contents,
@@ -102,7 +105,9 @@ TrainerState save_checkpoint(const std::string& run_dir, const TrainerState& sta
 //              all warns and returns false (a fresh start).
 //   step > 0:  that step's checkpoint, without fallback: a ConfigError naming run.resume_from
 //              when it is not a complete checkpoint, a CheckpointError when it cannot be loaded.
-// A checkpoint written with another run.seed is a ConfigError naming run.seed (no fallback).
+// A checkpoint written with another run.seed, or by another model.lora (whole model vs adapters,
+// r, lora_alpha, target_modules), is a ConfigError naming that key, found at the newest checkpoint
+// whose files verify (no fallback: every older one was written the same way).
 bool resume_from_checkpoint(const sdk::ConfigValue& config, const std::string& run_dir, std::uint64_t seed,
                             std::int64_t step, const CheckpointContents& contents, TrainerState& state);
 

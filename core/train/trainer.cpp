@@ -29,6 +29,7 @@
 #include "core/train/policy_update.h"
 #include "core/train/rollout_worker.h"
 #include "core/train/sample_log.h"
+#include "core/train/run_dir.h"
 #include "core/train/train_state.h"
 #include "core/train/trainer_setup.h"
 #include "core/train/verifier_pool.h"
@@ -173,6 +174,7 @@ bool Trainer::prepare() {
     return false;
   }
   state_.async_steps = s_.async_steps;
+  if (main_rank_) write_effective_config(s_.run_dir, config_);  // every check passed, the resume's too
   if (main_rank_) run_metrics_.emplace(s_.run_dir, resumed_ ? state_.step : -1, s_.steps, "step", default_training_panels());
   if (main_rank_ && s_.samples_every > 0)
     sample_log_.emplace((std::filesystem::path(s_.run_dir) / "samples.jsonl").string(), *policy_.tokenizer,

@@ -15,13 +15,14 @@
 #include "core/dist/process_group.h"
 #include "core/model/checkpoint.h"
 #include "core/train/evaluation.h"
+#include "core/train/run_dir.h"
 #include "core/train/verifier_pool.h"
 
 namespace grpo::core {
 
 namespace {
 
-// A part training cannot start without: an error, or (--validate of a fragment) a line in `missing`.
+// A part training cannot start without: an error, or (--validate-fragment) a line in `missing`.
 void require(bool present, const sdk::ConfigValue& config, std::initializer_list<const char*> key, const std::string& message,
              std::vector<std::string>* missing) {
   if (present) return;
@@ -85,6 +86,7 @@ TrainingPrompts load_training_prompts(const TrainingJobSettings& job, const sdk:
 CheckedTrainingJob check_training_job(const sdk::ConfigValue& config, PluginRegistry& registry, int world_size,
                                       bool fragment) {
   CheckedTrainingJob job;
+  check_run_output_dir(config);  // first, as a run checks it first (before it creates it)
   job.settings = training_job_settings(config);  // every setting the job reads, once
   job.policy = policy_spec(config);
   job.files = check_policy_files(job.policy);  // errors name model.path, before the backend loads it

@@ -40,7 +40,7 @@ struct TrainingComponents {
 // Checks, in this order, that there is a policy model and a tokenizer, a rollout backend, an
 // advantage estimator, a policy loss, a verifier and data.train, and (data-parallel) at least
 // one prompt per rank and step. ConfigError naming the key otherwise; with `missing` given
-// (--validate of a configuration fragment), the messages of the parts the configuration does
+// (--validate-fragment: a preset, a part of a job), the messages of the parts the configuration does
 // not name are appended there instead, and the rank check still throws.
 TrainingComponents training_components(const sdk::ConfigValue& config, const RuntimeComponents& components,
                                        bool has_model, bool has_tokenizer, const TrainingJobSettings& settings,
@@ -64,7 +64,7 @@ struct CheckedTrainingJob {
   RuntimeComponents components;  // every configured component, constructed
   TrainingComponents parts;      // training_components' view of `components` (null parts: a fragment)
   TrainingPrompts prompts;       // data.train and data.eval, tokenized and routed to verifiers
-  // --validate of a fragment: training's message for each part the configuration does not name
+  // --validate-fragment: training's message for each part the configuration does not name
   // (no model.path, no verifier, ...); the checks that need that part were skipped.
   std::vector<std::string> missing;
 };
@@ -74,12 +74,13 @@ struct CheckedTrainingJob {
 // it before it loads the weights and as --validate, so the two cannot drift apart:
 //   the settings (training_job_settings: train.*, rollout.*, the packing bound
 //   train.pack_length >= rollout.max_prompt_tokens + rollout.max_new_tokens, eval.*,
-//   checkpoint.*, data.*, reward.*), model.* and tokenizer.* (policy_spec, check_policy_files),
+//   checkpoint.*, data.*, reward.*), run.output_dir (check_run_output_dir: nothing is created),
+//   model.* and tokenizer.* (policy_spec, check_policy_files),
 //   the plugins and every component, what training needs (training_components), and the
 //   prompts (load_training_prompts: data files, prompt lengths, verifier labels).
 // `registry` must outlive the components. `world_size`: the job's ranks (for --validate, those of
 // the launch it runs in: 1 outside torchrun, Slurm or mpirun).
-// `fragment` (--validate): a part the configuration does not name is listed in `missing`
+// `fragment` (--validate-fragment): a part the configuration does not name is listed in `missing`
 // instead of being an error. Throws what those functions throw.
 CheckedTrainingJob check_training_job(const sdk::ConfigValue& config, PluginRegistry& registry, int world_size,
                                       bool fragment = false);

@@ -64,6 +64,7 @@ struct Call {
   double score = 0.0;
   std::string details;
   bool failed = false;
+  bool timed_out = false;  // the verifier's own limit stopped it (sdk::VerifierTimeout)
 };
 
 // The job queue, shared by the pool and every worker (also the abandoned ones).
@@ -92,7 +93,7 @@ void run_call(Call& call, const std::shared_ptr<WorkerControl>& self) {
   input.finished = call.finished;
   double score = 0.0;
   std::string details;
-  bool failed = false;
+  bool failed = false, timed_out = false;
   try {
     sdk::VerifierResult result = call.verifier->verify(input);
     if (std::isfinite(result.score) && (call.unbounded || (result.score >= 0.0 && result.score <= 1.0))) {
@@ -104,6 +105,9 @@ void run_call(Call& call, const std::shared_ptr<WorkerControl>& self) {
                 (call.unbounded ? ", not a finite number" : ", outside [0, 1]");
       if (!result.details.empty()) details += "; details: " + result.details;
     }
+  } catch (const sdk::VerifierTimeout& e) {
+    failed = timed_out = true;
+    details = e.what();
   } catch (const std::exception& e) {
     failed = true;
     details = e.what();
@@ -117,6 +121,7 @@ void run_call(Call& call, const std::shared_ptr<WorkerControl>& self) {
   call.score = score;
   call.details = std::move(details);
   call.failed = failed;
+  call.timed_out = timed_out;
   if (--batch.pending == 0) batch.all_settled.notify_all();
 }
 
@@ -291,10 +296,11 @@ std::vector<Planned> plan_calls(const std::vector<Group>& groups, const std::vec
 }
 
 // Every sample's verdicts, in plan order (every call is settled; late results of timed-out
-// calls are ignored). Counts the failures and timeouts; *first_failure names the first failure.
+// calls are ignored). Counts the failures and timeouts (the pool's and the verifiers' own);
+// *first_failure names the first failure, *first_timeout the first time-out.
 ScoringStats collect_verdicts(const std::vector<Planned>& plan, Batch& batch, std::vector<Group>& groups,
                               const std::vector<VerifierSlot>& verifiers, const std::string& timeout_text,
-                              std::string* first_failure) {
+                              std::string* first_failure, std::string* first_timeout) {
   ScoringStats stats;
   stats.calls = plan.size();
   for (auto& g : groups)
@@ -312,16 +318,16 @@ ScoringStats collect_verdicts(const std::vector<Planned>& plan, Batch& batch, st
     if (c.state == Call::State::kTimedOut) {
       v.failed = v.timed_out = true;
       v.details = "timed out after " + number_text(c.timeout_s) + " s (" + timeout_text + ")";
-      ++stats.timeouts;
     } else {
       v.score = c.score;
       v.failed = c.failed;
+      v.timed_out = c.timed_out;
       v.details = c.details;
-      if (c.failed) {
-        ++stats.failures;
-        if (first_failure->empty())
-          *first_failure = v.verifier + " on " + groups[p.group].example.where() + ": " + c.details;
-      }
+    }
+    if (v.failed) {
+      ++(v.timed_out ? stats.timeouts : stats.failures);
+      std::string* first = v.timed_out ? first_timeout : first_failure;
+      if (first->empty()) *first = v.verifier + " on " + groups[p.group].example.where() + ": " + v.details;
     }
     groups[p.group].samples[p.sample].verdicts.push_back(std::move(v));
   }
@@ -511,17 +517,17 @@ ScoringStats VerifierPool::score(std::vector<Group>& groups, const std::vector<s
   }
   impl_->wait_until_settled(*batch, plan, shortest);
 
-  std::string first_failure;
+  std::string first_failure, first_timeout;
   const std::string timeout_text = "reward.timeout_s";
-  ScoringStats stats = collect_verdicts(plan, *batch, groups, verifiers, timeout_text, &first_failure);
+  ScoringStats stats = collect_verdicts(plan, *batch, groups, verifiers, timeout_text, &first_failure, &first_timeout);
   combine_verdicts(groups, format.has_value(), options);
   if (stats.failures || stats.timeouts) {
     std::string msg = "reward: " + std::to_string(stats.failures + stats.timeouts) + " of " +
                       std::to_string(stats.calls) + " verifier calls scored 0:";
     if (stats.failures) msg += " " + std::to_string(stats.failures) + " failed (first: " + first_failure + ")";
     if (stats.timeouts)
-      msg += std::string(stats.failures ? "," : "") + " " + std::to_string(stats.timeouts) + " timed out (reward.timeout_s " +
-             number_text(timeout_s_) + " s)";
+      msg += std::string(stats.failures ? "," : "") + " " + std::to_string(stats.timeouts) + " timed out (first: " +
+             first_timeout + ")";
     spdlog::warn("{}", msg);
   }
   stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -13,7 +13,8 @@
 // Failures never stop a run: a call that throws (or returns a score that is not a finite
 // number in [0, 1], or not finite for a verifier of ScoreRange::kUnbounded) scores 0 with
 // failed = true and the message in details; a call still running its limit
-// (verifier_call_timeout) after it started scores 0 with failed = timed_out = true. One summary
+// (verifier_call_timeout) after it started, or that the verifier's own limit stopped
+// (sdk::VerifierTimeout), scores 0 with failed = timed_out = true. One summary
 // warning per score() is logged when any call failed or timed out.
 #pragma once
 
@@ -33,7 +34,7 @@ namespace grpo::core {
 struct ScoringStats {
   std::size_t calls = 0;     // verifier calls made (format calls included)
   std::size_t failures = 0;  // calls that threw or returned an invalid score (timeouts not included)
-  std::size_t timeouts = 0;  // calls that exceeded timeout_s
+  std::size_t timeouts = 0;  // calls that exceeded timeout_s or threw sdk::VerifierTimeout
   double seconds = 0.0;      // wall time of score()
 };
 

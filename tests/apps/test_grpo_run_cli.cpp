@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/tokenizer/tokenizer_files.h"
+#include "tests/support/file_damage.h"
 #include "tests/support/run_command.h"
 
 namespace {
@@ -88,7 +89,7 @@ TEST_F(GrpoRunCli, ListPluginsShowsExactMatchWithKindVersionAndFile) {
 
 TEST_F(GrpoRunCli, ValidateConstructsConfiguredVerifier) {
   write("ok.yaml", "verifiers:\n  - name: exact_match\n    weight: 2.0\n    case_sensitive: true\n");
-  Result r = grpo_run("--validate --config ok.yaml", dir_);
+  Result r = grpo_run("--validate-fragment --config ok.yaml", dir_);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, AllOf(HasSubstr("config OK"), HasSubstr("verifiers[0]=exact_match")));
   EXPECT_THAT(r.output, HasSubstr("BLAS:"));
@@ -140,14 +141,14 @@ TEST_F(GrpoRunCli, LogLevelFlagIsValidated) {
   EXPECT_THAT(r.output, HasSubstr("loud"));
 }
 
-TEST_F(GrpoRunCli, TrainModeWritesEffectiveConfigAndLogThenNamesWhatIsMissing) {
+// A run its checks reject writes its log, saying why, and no effective_config.yaml (that is
+// written once the checks pass: tests/train/test_checkpoint_recovery.cpp).
+TEST_F(GrpoRunCli, TrainModeWritesTheLogThenNamesWhatIsMissing) {
   write("run.yaml", "run:\n  output_dir: out/run1\nverifiers: [exact_match]\n");
   Result r = grpo_run("--config run.yaml", dir_);
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_THAT(r.output, HasSubstr("model.path: training needs a policy model"));
-  const fs::path effective = dir_ / "out/run1/effective_config.yaml";
-  ASSERT_TRUE(fs::exists(effective)) << r.output;
-  EXPECT_THAT(read(effective), AllOf(HasSubstr("output_dir: out/run1"), HasSubstr("exact_match")));
+  EXPECT_FALSE(fs::exists(dir_ / "out/run1/effective_config.yaml")) << r.output;
   ASSERT_TRUE(fs::exists(dir_ / "out/run1/run.log"));
   EXPECT_THAT(read(dir_ / "out/run1/run.log"), AllOf(HasSubstr("BLAS:"), HasSubstr("training needs a policy model")));
   for (const auto& e : fs::directory_iterator(dir_ / "out/run1"))
@@ -160,7 +161,7 @@ TEST_F(GrpoRunCli, ValidateChecksModelAndTokenizerFiles) {
   const std::string model = std::string(GRPO_SOURCE_DIR) + "/tests/fixtures/models/qwen3";
   write("tokenizer.json", grpo::core::make_byte_level_tokenizer_json());
   write("ok.yaml", "model:\n  path: " + model + "\ntokenizer:\n  path: tokenizer.json\n  chat_template: chatml\n");
-  Result r = grpo_run("--validate --config ok.yaml", dir_);
+  Result r = grpo_run("--validate-fragment --config ok.yaml", dir_);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, AllOf(HasSubstr("model: " + model + " (Qwen3ForCausalLM)"),
                               HasSubstr("tokenizer: tokenizer.json (259 ids, chat template chatml (built-in))")));
@@ -247,17 +248,97 @@ TEST_F(GrpoRunJob, ValidateFailsWhereTrainingFailsWithTheSameMessage) {
   }
 }
 
+// NaN weights (a diverged run's save) fit every shape check. In the model or in
+// model.lora.adapter_path they fail --validate, and training with the same line, naming the file
+// and the tensor (before, the run started and blamed the divergence on training).
+TEST_F(GrpoRunJob, NonFiniteWeightsFailValidateAndTrainingNamingFileAndTensor) {
+  const std::string fixtures = std::string(GRPO_SOURCE_DIR) + "/tests/fixtures";
+  fs::create_directories(dir_ / "nan_model");
+  for (const char* f : {"config.json", "model.safetensors"})
+    fs::copy_file(fixtures + "/models/qwen3/" + f, dir_ / "nan_model" / f);
+  grpo::testing::fill_tensor_with_nan(dir_ / "nan_model/model.safetensors", "model.layers.0.mlp.down_proj.weight");  // [64, 128]
+  fs::create_directories(dir_ / "nan_adapter");
+  for (const char* f : {"adapter_config.json", "adapter_model.safetensors"})
+    fs::copy_file(fixtures + "/lora/qwen2_all_linear/" + f, dir_ / "nan_adapter" / f);
+  const std::string lora_a = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight";  // [r 4, hidden 64]
+  grpo::testing::fill_tensor_with_nan(dir_ / "nan_adapter/adapter_model.safetensors", lora_a);
+  struct Case {
+    std::string sets, message;
+  };
+  for (const Case& c :
+       {Case{"--set model.path=nan_model",
+             "model.path: safetensors file 'nan_model/model.safetensors': tensor 'model.layers.0.mlp.down_proj.weight': 8192 of "
+             "its 8192 values are not finite (the first, at [0, 0], is NaN)"},
+        Case{"--set model.path=" + fixtures + "/models/qwen2 --set model.lora.adapter_path=nan_adapter",
+             "model.lora.adapter_path: safetensors file 'nan_adapter/adapter_model.safetensors': tensor '" + lora_a +
+                 "': 256 of its 256 values are not finite (the first, at [0, 0], is NaN)"}}) {
+    const Result validate = grpo_run("--validate --config run.yaml " + c.sets, dir_);
+    const Result train = grpo_run("--config run.yaml " + c.sets, dir_);
+    EXPECT_EQ(validate.exit_code, 3) << c.sets << "\n" << validate.output;
+    EXPECT_EQ(train.exit_code, 3) << c.sets << "\n" << train.output;
+    EXPECT_THAT(error_line(validate.output), HasSubstr(c.message)) << c.sets;
+    EXPECT_EQ(error_line(validate.output), error_line(train.output)) << c.sets;
+  }
+}
+
 TEST_F(GrpoRunJob, ValidateOfAFragmentNamesWhatTrainingWouldStopAt) {
   write("fragment.yaml", "verifiers: [exact_match]\n");
-  const Result fragment = grpo_run("--validate --config fragment.yaml", dir_);
+  const Result fragment = grpo_run("--validate-fragment --config fragment.yaml", dir_);
   EXPECT_EQ(fragment.exit_code, 0) << fragment.output;
   EXPECT_THAT(fragment.output, AllOf(HasSubstr("config OK"), HasSubstr("not yet a training job"),
                                      HasSubstr("model.path: training needs a policy model (set model.path)"),
                                      HasSubstr("data.train: training needs data"), HasSubstr("data: (not loaded)")));
-  // Training stops at the first of them, with the same words.
+  // Training, and --validate, stop at the first of them, with the same words.
   const Result train = grpo_run("--config fragment.yaml --set run.output_dir=out", dir_);
   EXPECT_EQ(train.exit_code, 3) << train.output;
   EXPECT_THAT(error_line(train.output), HasSubstr("model.path: training needs a policy model (set model.path)"));
+  const Result validate = grpo_run("--validate --config fragment.yaml --set run.output_dir=out", dir_);
+  EXPECT_EQ(validate.exit_code, 3) << validate.output;
+  EXPECT_EQ(error_line(validate.output), error_line(train.output));
+  EXPECT_THAT(validate.output, Not(HasSubstr("config OK")));
+}
+
+// What --validate passed and training rejected: no data, no verifier, an empty file, a
+// run.output_dir that cannot be created. --validate now fails each with training's exit code and
+// message, naming the key; it creates nothing.
+TEST_F(GrpoRunJob, ValidateRejectsEveryConfigurationTrainingRejects) {
+  write("empty.yaml", "");
+  write("long_dir.yaml", "run:\n  output_dir: " + std::string(1 << 20, 'd') + "\n");
+  write("a_file", "not a folder");
+  struct Case {
+    std::string args, message;
+  };
+  const std::string run = "--config run.yaml ";
+  for (const Case& c : {Case{run + "--set data.train=[]", "data.train: training needs data"},
+                        Case{run + "--set verifiers=[]", "verifiers: training needs at least one verifier"},
+                        Case{"--config empty.yaml", "model.path: training needs a policy model"},
+                        Case{run + "--config long_dir.yaml", "long_dir.yaml:2:15: run.output_dir: 'dddd"},
+                        Case{run + "--set run.output_dir=" + std::string(300, 'n'), "has a name of 300 bytes"},
+                        Case{run + "--set run.output_dir=a_file/run", "run.output_dir: 'a_file/run' cannot be a folder: "}}) {
+    const Result validate = grpo_run("--validate " + c.args, dir_);
+    const Result train = grpo_run(c.args, dir_);
+    EXPECT_EQ(validate.exit_code, 3) << c.args.substr(0, 200) << "\n" << validate.output.substr(0, 2000);
+    EXPECT_EQ(train.exit_code, 3) << c.args.substr(0, 200) << "\n" << train.output.substr(0, 2000);
+    EXPECT_THAT(error_line(validate.output), HasSubstr(c.message)) << c.args.substr(0, 200);
+    EXPECT_EQ(error_line(validate.output), error_line(train.output)) << c.args.substr(0, 200);
+  }
+  EXPECT_THAT(error_line(grpo_run("--validate --config run.yaml --config long_dir.yaml", dir_).output),
+              HasSubstr("is longer than the system's limit on a path"));
+  std::error_code ec;
+  EXPECT_FALSE(fs::exists(dir_ / std::string(300, 'n'), ec));
+}
+
+// Two tools under one name: the error names the second one's file:line and the first's.
+TEST_F(GrpoRunJob, DuplicateToolNamesNameBothPlaces) {
+  write("tools.yaml", "tools:\n  - name: calculator\n  - name: calculator\n");
+  Result r = grpo_run("--validate --config run.yaml --config tools.yaml", dir_);
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_THAT(error_line(r.output), HasSubstr("tools.yaml:3:5: tools[1]: a second tool is called 'calculator' (first: "
+                                              "tools[0] at tools.yaml:2:5); rename one with `as`"));
+  write("as.yaml", "tools:\n  - {name: calculator, as: calc}\n  - name: calculator\n    as: calc\n");
+  r = grpo_run("--validate --config run.yaml --config as.yaml", dir_);
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_THAT(error_line(r.output), HasSubstr("as.yaml:4:9: tools[1].as: a second tool is called 'calc' (first: tools[0] at as.yaml:2:5)"));
 }
 
 TEST_F(GrpoRunJob, ValidateChecksThePrompts) {

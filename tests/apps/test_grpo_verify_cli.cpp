@@ -159,4 +159,14 @@ TEST_F(GrpoVerifyCli, ThrowingHangingAndOutOfRangeVerifiersScoreZeroAndTheOthers
   EXPECT_LT(seconds, 30.0);  // not a speed check: the hung call must not be waited for (60 s)
 }
 
+// A folder as --input is a usage error (exit 2) naming it, like a missing file; not an internal error.
+TEST_F(GrpoVerifyCli, AFolderAsInputIsAUsageError) {
+  fs::create_directories(dir_ / "rows");
+  const Result r = grpo_verify("--input rows --set verifiers=[exact_match]", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--input 'rows' is a folder; expected a JSONL file"), std::string::npos) << r.err;
+  const Result missing = grpo_verify("--input nowhere.jsonl --set verifiers=[exact_match]", dir_);
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+}
+
 }  // namespace

@@ -41,10 +41,10 @@ run_step("linkage check" ${CMAKE_COMMAND} -DPLUGIN=${plugin} -P "${CMAKE_CURRENT
 # The config lives elsewhere, so the plugin is found through GRPO_PLUGIN_PATH only.
 file(WRITE "${WORK_DIR}/config/reward.yaml"
 "verifiers:\n  - name: custom_reward/keyword_coverage\n    min_fraction: 0.5\n  - name: exact_match\n")
-run_step("grpo-run --validate" ${CMAKE_COMMAND} -E env GRPO_PLUGIN_PATH=${example_build}
-         "${prefix}/bin/grpo-run" --validate --config "${WORK_DIR}/config/reward.yaml")
+run_step("grpo-run --validate-fragment" ${CMAKE_COMMAND} -E env GRPO_PLUGIN_PATH=${example_build}
+         "${prefix}/bin/grpo-run" --validate-fragment --config "${WORK_DIR}/config/reward.yaml")
 if(NOT step_output MATCHES "verifiers\\[0\\]=custom_reward/keyword_coverage")
-  message(FATAL_ERROR "grpo-run --validate did not construct the example verifier:\n${step_output}")
+  message(FATAL_ERROR "grpo-run --validate-fragment did not construct the example verifier:\n${step_output}")
 endif()
 run_step("grpo-run --list-plugins" ${CMAKE_COMMAND} -E env GRPO_PLUGIN_PATH=${example_build}
          "${prefix}/bin/grpo-run" --list-plugins)
@@ -54,7 +54,7 @@ endif()
 
 # Without the search path entry the name does not resolve, with a clear error (exit 4).
 execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=GRPO_PLUGIN_PATH
-                "${prefix}/bin/grpo-run" --validate --config "${WORK_DIR}/config/reward.yaml"
+                "${prefix}/bin/grpo-run" --validate-fragment --config "${WORK_DIR}/config/reward.yaml"
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 4 OR NOT "${out}${err}" MATCHES "libgrpo_custom_reward.so not found")
   message(FATAL_ERROR "expected exit 4 naming libgrpo_custom_reward.so, got ${rc}:\n${out}${err}")
@@ -73,9 +73,9 @@ run_step("configure torch plugin" ${CMAKE_COMMAND} -S "${torch_src}" -B "${torch
 run_step("build torch plugin" ${CMAKE_COMMAND} --build "${torch_src}/build")
 file(WRITE "${WORK_DIR}/config/torch.yaml"
 "algorithm:\n  advantage: fixture_centered\n  kl_estimator: {name: fixture_torch/fixture_k1}\n")
-run_step("grpo-run --validate (torch plugin)" ${CMAKE_COMMAND} -E env GRPO_PLUGIN_PATH=${torch_src}/build
-         "${prefix}/bin/grpo-run" --validate --config "${WORK_DIR}/config/torch.yaml")
+run_step("grpo-run --validate-fragment (torch plugin)" ${CMAKE_COMMAND} -E env GRPO_PLUGIN_PATH=${torch_src}/build
+         "${prefix}/bin/grpo-run" --validate-fragment --config "${WORK_DIR}/config/torch.yaml")
 if(NOT step_output MATCHES "algorithm.advantage=fixture_centered" OR NOT step_output MATCHES "algorithm.kl_estimator=fixture_torch/fixture_k1")
-  message(FATAL_ERROR "grpo-run --validate did not construct the torch plugin's components:\n${step_output}")
+  message(FATAL_ERROR "grpo-run --validate-fragment did not construct the torch plugin's components:\n${step_output}")
 endif()
 message(STATUS "ok: installed SDK builds the example and a torch plugin; grpo-run loads them via GRPO_PLUGIN_PATH")

@@ -1,4 +1,4 @@
-// Every preset of configs/algorithms validates (`grpo-run --validate` constructs each named
+// Every preset of configs/algorithms validates (`grpo-run --validate-fragment` constructs each named
 // component from the built plugins), and a wrong component name lists the available ones.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -30,7 +30,7 @@ class Preset : public ::testing::TestWithParam<PresetCase> {};
 TEST_P(Preset, Validates) {
   const std::string file = "configs/algorithms/" + GetParam().name + ".yaml";
   ASSERT_TRUE(std::filesystem::exists(std::string(GRPO_SOURCE_DIR) + "/" + file)) << file;
-  Result r = grpo_run("--validate --config " + file);
+  Result r = grpo_run("--validate-fragment --config " + file);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("components: " + GetParam().components + "\n"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("algorithm: " + GetParam().algorithm + "\n"), std::string::npos) << r.output;
@@ -58,53 +58,53 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<PresetCase>& info) { return info.param.name; });
 
 TEST(PresetErrors, WrongNamesListTheAvailableComponents) {
-  Result r = grpo_run("--validate --config configs/algorithms/grpo.yaml --set algorithm.policy_loss.name=ppo_clipp");
+  Result r = grpo_run("--validate-fragment --config configs/algorithms/grpo.yaml --set algorithm.policy_loss.name=ppo_clipp");
   EXPECT_EQ(r.exit_code, 4) << r.output;
   EXPECT_NE(r.output.find("algorithm.policy_loss: no policy_loss named 'ppo_clipp' (did you mean 'ppo_clip'?)"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("cispo, gspo, ppo_clip, reinforce, sapo"), std::string::npos) << r.output;
 
-  r = grpo_run("--validate --config configs/algorithms/grpo.yaml --set algorithm.advantage=rlooo");
+  r = grpo_run("--validate-fragment --config configs/algorithms/grpo.yaml --set algorithm.advantage=rlooo");
   EXPECT_EQ(r.exit_code, 4) << r.output;
   EXPECT_NE(r.output.find("dr_grpo, grpo, grpo_passk, reinforce_pp, reinforce_pp_baseline, rloo"), std::string::npos)
       << r.output;
 
-  r = grpo_run("--validate --config configs/algorithms/grpo.yaml --set algorithm.kl_estimator=k5");
+  r = grpo_run("--validate-fragment --config configs/algorithms/grpo.yaml --set algorithm.kl_estimator=k5");
   EXPECT_EQ(r.exit_code, 4) << r.output;
   EXPECT_NE(r.output.find("k1, k2, k3, k4"), std::string::npos) << r.output;
 }
 
 TEST(PresetErrors, UnknownComponentOptionNamesTheKeyPath) {
-  Result r = grpo_run("--validate --config configs/algorithms/dapo.yaml --set algorithm.policy_loss.clip_hgh=0.3");
+  Result r = grpo_run("--validate-fragment --config configs/algorithms/dapo.yaml --set algorithm.policy_loss.clip_hgh=0.3");
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("algorithm.policy_loss.clip_hgh: unknown option"), std::string::npos) << r.output;
 }
 
 TEST(AlgorithmSettings, ValidateReportsThemAndCrossKeyErrorsNameTheKey) {
-  Result r = grpo_run("--validate --config configs/algorithms/rloo.yaml");
+  Result r = grpo_run("--validate-fragment --config configs/algorithms/rloo.yaml");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("algorithm: loss token-mean, KL 0.001 in the reward (reference model loaded)"), std::string::npos)
       << r.output;
 
-  r = grpo_run("--validate --config configs/algorithms/dapo.yaml --set algorithm.kl_coef=0.05");
+  r = grpo_run("--validate-fragment --config configs/algorithms/dapo.yaml --set algorithm.kl_coef=0.05");
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("--set #1: algorithm.kl_coef: a KL coefficient of 0.05 needs an algorithm.kl_estimator"),
             std::string::npos)
       << r.output;
 
-  r = grpo_run("--validate --config configs/algorithms/dapo.yaml --set algorithm.kl_coef=-1 --set algorithm.kl_estimator=k3");
+  r = grpo_run("--validate-fragment --config configs/algorithms/dapo.yaml --set algorithm.kl_coef=-1 --set algorithm.kl_estimator=k3");
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("algorithm.kl_coef:"), std::string::npos) << r.output;
 
-  r = grpo_run("--validate --config configs/algorithms/dapo.yaml --set algorithm.mismatch_correction.mode=token_mask "
+  r = grpo_run("--validate-fragment --config configs/algorithms/dapo.yaml --set algorithm.mismatch_correction.mode=token_mask "
                "--set algorithm.mismatch_correction.min=3 --set algorithm.mismatch_correction.max=2");
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("algorithm.mismatch_correction: mismatch_correction.min must satisfy 0 <= min < max"),
             std::string::npos)
       << r.output;
 
-  r = grpo_run("--validate --config configs/algorithms/dapo.yaml --set algorithm.loss_aggregation=token-sum");
+  r = grpo_run("--validate-fragment --config configs/algorithms/dapo.yaml --set algorithm.loss_aggregation=token-sum");
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("expected one of token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm"),
             std::string::npos)

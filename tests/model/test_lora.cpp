@@ -23,6 +23,8 @@
 #include "core/train/optimizer.h"
 #include "core/util/fs.h"
 #include "tests/model/model_fixtures.h"
+#include "tests/support/error_of.h"
+#include "tests/support/file_damage.h"
 #include "tests/support/test_dir.h"
 
 using namespace grpo::core;
@@ -399,4 +401,59 @@ TEST(Lora, UnsupportedPeftFeaturesAreRefused) {
       EXPECT_NE(std::string(e.what()).find(dir + "/adapter_config.json"), std::string::npos) << e.what();
     }
   }
+}
+
+// adapter_config.json with a value of the wrong type: the error names the file, the key and
+// what was expected (nlohmann's own type_error names neither).
+TEST(Lora, AdapterConfigOfTheWrongTypeNamesTheKey) {
+  const std::string dir = fresh_test_dir("lora");
+  const std::string file = dir + "/adapter_config.json";
+  const auto good = nlohmann::json::parse(read_file(lora_fixture("llama_rslora_qv") + "/adapter_config.json"));
+  struct Case {
+    const char* key;
+    nlohmann::json value;
+    std::string expected;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"r", "eight", file + ": r: expected an integer >= 1 (the adapters' rank), got \"eight\""},
+           {"r", 2.5, file + ": r: expected an integer >= 1 (the adapters' rank), got 2.5"},
+           {"lora_alpha", "sixteen", file + ": lora_alpha: expected a number, got \"sixteen\""},
+           {"lora_dropout", nullptr, file + ": lora_dropout: expected a number in [0, 1), got null"},
+           {"use_rslora", "yes", file + ": use_rslora: expected true or false, got \"yes\""},
+           {"target_modules", 7, file + ": target_modules: expected a list of module names or \"all-linear\", got 7"},
+           {"target_modules", nlohmann::json::array({"q_proj", 3}),
+            file + ": target_modules: expected a list of module names or \"all-linear\", got [\"q_proj\",3]"},
+           {"peft_type", 1, file + ": peft_type: expected \"LORA\", got 1"}}) {
+    SCOPED_TRACE(c.key);
+    auto bad = good;
+    bad[c.key] = c.value;
+    atomic_write_file(file, bad.dump());
+    EXPECT_EQ(error_of<std::runtime_error>([&] { read_peft_adapter_config(dir); }), c.expected);
+  }
+  // A whole number written as a float (another tool's JSON) is still the rank.
+  auto whole = good;
+  whole["r"] = 2.0;
+  atomic_write_file(file, whole.dump());
+  EXPECT_EQ(read_peft_adapter_config(dir).settings.r, 2);
+}
+
+// An adapter whose lora_A is NaN (a diverged run's save) fits every shape check; loading it is
+// an error naming the file and the tensor, and the adapters are left as they were.
+TEST(Lora, NonFiniteAdapterIsRefusedNamingFileAndTensor) {
+  const std::string dir = fresh_test_dir("lora");
+  for (const char* f : {"adapter_config.json", "adapter_model.safetensors"})
+    std::filesystem::copy_file(lora_fixture("llama_rslora_qv") + "/" + f, dir + "/" + f);
+  const std::string tensor = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight";  // [r 2, hidden 64]
+  fill_tensor_with_nan(dir + "/adapter_model.safetensors", tensor);
+  LoadedModel m = load_model(fixture_dir("llama"));
+  LoraAdapters lora(m.model, read_peft_adapter_config(dir).settings, 5);
+  const auto before = lora.peft_state();
+  const std::string msg = error_of<std::runtime_error>([&] { lora.load_peft_folder(dir); });
+  EXPECT_NE(msg.find("'" + dir + "/adapter_model.safetensors': tensor '" + tensor +
+                     "': 128 of its 128 values are not finite (the first, at [0, 0], is NaN)"),
+            std::string::npos)
+      << msg;
+  const auto after = lora.peft_state();
+  ASSERT_EQ(before.size(), after.size());
+  for (std::size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(torch::equal(before[i].second, after[i].second)) << before[i].first;
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -26,12 +27,14 @@ using grpo::testing::error_of;
 std::string test_dir() { return grpo::testing::fresh_test_dir("torch"); }
 
 // A tensor of `type` whose bytes are random (bool: 0/1), so that round trips are checked
-// bit for bit, NaN payloads included.
+// bit for bit; a float that came out NaN or infinite becomes 0.5 (weights with those are
+// refused on load: NonFiniteValuesAreAnErrorNamingFileAndTensor).
 torch::Tensor random_tensor(std::vector<int64_t> shape, c10::ScalarType type, std::mt19937& rng) {
   torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(type));
   auto* p = static_cast<uint8_t*>(t.data_ptr());
   const std::size_t n = static_cast<std::size_t>(t.numel()) * t.element_size();
   for (std::size_t i = 0; i < n; ++i) p[i] = type == torch::kBool ? (rng() & 1) : static_cast<uint8_t>(rng());
+  if (c10::isFloatingType(type)) t.masked_fill_(torch::isfinite(t).logical_not(), 0.5);
   return t;
 }
 
@@ -99,6 +102,45 @@ TEST(SafetensorsTorch, RoundTripEveryDtypeBitIdentical) {
   auto file = MappedSafetensors::open(path);
   for (const auto& info : file->header().tensors)
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(file->data(info)) % dtype_size(info.dtype), 0u) << info.name;
+}
+
+// A NaN or an infinity in F64, F32, F16 or BF16 data: loading is an error naming the file, the
+// tensor, how many values and the first (C order); integers with the same bits are fine.
+TEST(SafetensorsTorch, NonFiniteValuesAreAnErrorNamingFileAndTensor) {
+  const std::string dir = test_dir();
+  const std::string path = dir + "/w.safetensors";
+  struct Bad {
+    double value;
+    const char* name;
+  };
+  for (auto type : {torch::kDouble, torch::kFloat, torch::kHalf, torch::kBFloat16})
+    for (const Bad& bad : {Bad{std::nan(""), "NaN"}, Bad{INFINITY, "inf"}, Bad{-INFINITY, "-inf"}}) {
+      SCOPED_TRACE(std::string(c10::toString(type)) + " " + bad.name);
+      torch::Tensor w = torch::zeros({2, 3}, type);
+      w[1][0] = bad.value;  // flat index 3
+      w[1][2] = bad.value;
+      save_safetensors(path, {{"ok", torch::ones({4}, type)}, {"w", w}});
+      const std::string msg = error_of<SafetensorsError>([&] { load_safetensors(path); });
+      EXPECT_HAS(msg, "safetensors file '" + path + "': tensor 'w': 2 of its 6 values are not finite (the first, at [1, 0], is " +
+                          bad.name + ")");
+    }
+  // 0x7F800000 is +inf as F32, an ordinary number as I32.
+  save_safetensors(path, {{"i", torch::full({3}, 0x7F800000, torch::kInt)}, {"l", torch::full({2}, -1, torch::kLong)}});
+  EXPECT_EQ(load_safetensors(path).size(), 2u);
+}
+
+// Data at an odd offset (other writers do not align): the scan reads it all the same.
+TEST(SafetensorsTorch, NonFiniteValueAtAnUnalignedOffsetIsFound) {
+  const std::string dir = test_dir();
+  const std::string header =
+      R"({"b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"f":{"dtype":"F32","shape":[2],"data_offsets":[1,9]}})";
+  std::string bytes(8, '\0');
+  bytes[0] = static_cast<char>(header.size());
+  bytes += header;
+  bytes += std::string("\x07\x00\x00\x80\x3f\x00\x00\xc0\x7f", 9);  // 7; 1.0f, NaN
+  std::ofstream(dir + "/u.safetensors", std::ios::binary) << bytes;
+  const std::string msg = error_of<SafetensorsError>([&] { load_safetensors(dir + "/u.safetensors"); });
+  EXPECT_HAS(msg, "tensor 'f': 1 of its 2 values are not finite (the first, at [1], is NaN)");
 }
 
 TEST(SafetensorsTorch, LoadedTensorsOutliveTheFile) {
@@ -255,6 +297,23 @@ TEST(SafetensorsCheckpoint, NeitherFileIsAnErrorNamingTheFolder) {
   std::string msg = error_of<SafetensorsError>([&] { load_checkpoint_tensors(dir); });
   EXPECT_HAS(msg, dir);
   EXPECT_HAS(msg, "model.safetensors");
+}
+
+// A checkpoint with an infinity in one shard: check_checkpoint_finite (a scan, nothing loaded)
+// and load_checkpoint_tensors both name that shard and the tensor; a clean one passes.
+TEST(SafetensorsCheckpoint, NonFiniteValueInAShardIsFoundWithoutLoading) {
+  const std::string dir = test_dir();
+  save_checkpoint_tensors(dir, checkpoint_tensors(), 64);  // 4 shards
+  EXPECT_NO_THROW(check_checkpoint_finite(dir));
+  NamedTensorList bad = checkpoint_tensors();
+  for (auto& [name, t] : bad)
+    if (name == "model.embed") t[4] = -INFINITY;  // float32 [10], the first shard
+  save_checkpoint_tensors(dir, bad, 64);
+  const std::string shard = "safetensors file '" + dir +
+                            "/model-00001-of-00004.safetensors': tensor 'model.embed': 1 of its 10 values are not finite "
+                            "(the first, at [4], is -inf)";
+  EXPECT_HAS(error_of<SafetensorsError>([&] { check_checkpoint_finite(dir); }), shard);
+  EXPECT_HAS(error_of<SafetensorsError>([&] { load_checkpoint_tensors(dir); }), shard);
 }
 
 // A sharded checkpoint whose index is then replaced by `index`.

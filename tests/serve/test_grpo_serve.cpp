@@ -25,10 +25,17 @@
 // grpo-generate (the native plugin) is the reference for greedy answers; the engine's seeded
 // sampling is deterministic per sample stream, so a seeded request gives the same answer alone,
 // among concurrent ones, streamed or not.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -130,6 +137,85 @@ class Api {
   httplib::Client client_;
   std::string key_;
 };
+
+// A loopback TCP connection driven by hand: a client that sends part of a request and stops
+// (slow or half-open). Reads are bounded by a timeout, so a test fails instead of hanging when
+// the server never answers or never closes.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~RawConnection() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  bool connected() const { return connected_; }
+  bool send(const std::string& bytes) {
+    return connected_ && ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+  }
+  // Open, with nothing from the server: no byte and no end of stream to read.
+  bool open_and_silent() const {
+    char b = 0;
+    return connected_ && ::recv(fd_, &b, 1, MSG_DONTWAIT | MSG_PEEK) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+  struct Received {
+    std::string bytes;
+    bool closed = false;  // the server closed the connection (false: still open at the timeout)
+  };
+  // What the server sends until it closes the connection, waiting at most `timeout_s`.
+  Received read_until_closed(double timeout_s) const {
+    Received r;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (connected_) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd p{fd_, POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        r.closed = true;
+        break;
+      }
+      r.bytes.append(buf, static_cast<std::size_t>(n));
+    }
+    return r;
+  }
+  struct Sent {
+    std::size_t bytes = 0;
+    bool closed = false;  // the server closed the connection (false: `max_bytes` or the timeout came first)
+  };
+  // Sends `chunk` again and again, without blocking past `timeout_s`, until the server closes
+  // the connection or `max_bytes` are sent.
+  Sent send_until_closed(const std::string& chunk, std::size_t max_bytes, double timeout_s) const {
+    Sent s;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (connected_ && s.bytes < max_bytes && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLOUT, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const ssize_t n = ::send(fd_, chunk.data(), chunk.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) s.bytes += static_cast<std::size_t>(n);
+      else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return s.closed = true, s;
+    }
+    return s;
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
+
+// The body of a raw HTTP answer, parsed (discarded when it is not JSON).
+json raw_body(const std::string& answer) {
+  const std::size_t at = answer.find("\r\n\r\n");
+  return json::parse(at == std::string::npos ? std::string() : answer.substr(at + 4), nullptr, /*allow_exceptions=*/false);
+}
 
 // The server-sent events of a streamed answer: every payload but the last [DONE].
 struct Stream {
@@ -267,19 +353,17 @@ void expect_error_status(const Reply& r, int status) {
   EXPECT_TRUE(r.j.is_object() && r.j.contains("error")) << r.body;
 }
 
-// ---- the shared server: model A, max_model_len 64, 8 decode slots --------------------------
+// ---- a server shared by a suite (a start costs seconds): Suite names its folder and options --
 
-class GrpoServeApi : public ::testing::Test {
+template <class Suite>
+class SharedServer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     try {
-      dir_ = grpo::testing::fresh_suite_dir("serve/api");
+      dir_ = grpo::testing::fresh_suite_dir(Suite::kFolder);
       model_ = dir_ + "/model";
       write_model(model_, 1);
-      server_ = std::make_unique<ServeProcess>(
-          GRPO_SERVE_BINARY, model_, dir_,
-          std::vector<std::string>{"--served-model-name", kModelName, "--max-model-len", std::to_string(kMaxModelLen),
-                                   "--max-num-seqs", "8", "--log-level", "warn"});
+      server_ = std::make_unique<ServeProcess>(GRPO_SERVE_BINARY, model_, dir_, Suite::server_options());
     } catch (const std::exception& e) {
       setup_error_ = e.what();
     }
@@ -298,11 +382,20 @@ class GrpoServeApi : public ::testing::Test {
   }
   Api api() const { return Api(server_->port()); }
 
-  static std::string dir_, model_, setup_error_;
-  static std::unique_ptr<ServeProcess> server_;
+  static inline std::string dir_, model_, setup_error_;
+  static inline std::unique_ptr<ServeProcess> server_;
 };
-std::string GrpoServeApi::dir_, GrpoServeApi::model_, GrpoServeApi::setup_error_;
-std::unique_ptr<ServeProcess> GrpoServeApi::server_;
+
+// ---- the shared server: model A, max_model_len 64, 8 decode slots --------------------------
+
+class GrpoServeApi : public SharedServer<GrpoServeApi> {
+ public:
+  static constexpr const char* kFolder = "serve/api";
+  static std::vector<std::string> server_options() {
+    return {"--served-model-name", kModelName, "--max-model-len", std::to_string(kMaxModelLen), "--max-num-seqs", "8",
+            "--log-level", "warn"};
+  }
+};
 
 TEST_F(GrpoServeApi, ModelsListNamesTheServedModel) {
   Api c = api();
@@ -766,6 +859,34 @@ TEST_F(GrpoServeApi, ConcurrentSeededRequestsEqualTheSameRequestsAlone) {
   EXPECT_GT(distinct.size(), 1u);
 }
 
+// Issue 41: connections that send a request line and one header and then nothing must not
+// starve the other clients. Each used to hold one of the 128 HTTP threads for the 60 s read
+// timeout, so the 129th client waited a minute. The client's timeouts bound the test.
+TEST_F(GrpoServeApi, IdleHalfOpenConnectionsDoNotDelayOtherClients) {
+  constexpr int kIdle = 200;
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < kIdle; ++i) {
+    idle.push_back(std::make_unique<RawConnection>(server_->port()));
+    ASSERT_TRUE(idle.back()->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n")) << "idle connection " << i;
+  }
+  httplib::Client client("127.0.0.1", server_->port());
+  client.set_connection_timeout(2, 0);
+  client.set_read_timeout(2, 0);
+  client.set_write_timeout(2, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const httplib::Result r =
+      client.Post("/v1/completions", json{{"prompt", "still served"}, {"max_tokens", 4}}.dump(), "application/json");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(r) << "no answer with " << kIdle << " idle connections open: " << httplib::to_string(r.error()) << " after "
+                 << seconds << " s";
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_LT(seconds, 2.0);
+  // The premise held: the idle connections were still open (inside the header timeout), not dropped.
+  int open = 0;
+  for (const auto& c : idle) open += c->open_and_silent() ? 1 : 0;
+  EXPECT_EQ(open, kIdle);
+}
+
 // ---- servers of their own -----------------------------------------------------------------
 
 TEST(GrpoServeAuth, ApiKeyGuardsTheApiButNotHealth) {
@@ -892,6 +1013,143 @@ TEST(GrpoServeLifecycle, SigtermAnswersTheRequestInFlightAndExitsZero) {
   // Stopped: nothing answers any more.
   EXPECT_EQ(Api(server.port()).get("/health").status, 0);
   if (!::testing::Test::HasFailure()) fs::remove_all(dir);
+}
+
+// ---- slow and idle clients: a server with short connection limits -------------------------
+
+class GrpoServeSlowClients : public SharedServer<GrpoServeSlowClients> {
+ public:
+  static constexpr const char* kFolder = "serve/slow-clients";
+  static std::vector<std::string> server_options() {
+    return {"--header-timeout", "1", "--keep-alive-timeout", "1", "--log-level", "warn"};
+  }
+};
+
+TEST_F(GrpoServeSlowClients, HeadersNotCompleteWithinTheHeaderTimeoutGet408AndAClose) {
+  RawConnection c(server_->port());
+  ASSERT_TRUE(c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"));
+  const RawConnection::Received r = c.read_until_closed(30);
+  EXPECT_TRUE(r.closed) << r.bytes;
+  EXPECT_EQ(r.bytes.rfind("HTTP/1.1 408 ", 0), 0u) << r.bytes;
+  EXPECT_TRUE(raw_body(r.bytes).contains("error")) << r.bytes;
+}
+
+TEST_F(GrpoServeSlowClients, IdleConnectionsAreClosedWithoutAnAnswer) {
+  RawConnection silent(server_->port());  // connects and never sends
+  const RawConnection::Received nothing = silent.read_until_closed(30);
+  EXPECT_TRUE(nothing.closed);
+  EXPECT_EQ(nothing.bytes, "");
+  // A keep-alive connection after its answer: closed once idle for the keep-alive timeout.
+  RawConnection kept(server_->port());
+  ASSERT_TRUE(kept.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
+  const RawConnection::Received one = kept.read_until_closed(30);
+  EXPECT_TRUE(one.closed) << one.bytes;
+  EXPECT_EQ(one.bytes.rfind("HTTP/1.1 200 ", 0), 0u) << one.bytes;
+  EXPECT_EQ(one.bytes.find("HTTP/1.1", 1), std::string::npos) << "one answer only: " << one.bytes;
+}
+
+// httplib's Keep-Alive header states the server's keep-alive timeout, not httplib's own 5 s.
+TEST_F(GrpoServeSlowClients, TheKeepAliveHeaderStatesTheKeepAliveTimeout) {
+  RawConnection kept(server_->port());
+  ASSERT_TRUE(kept.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
+  const RawConnection::Received r = kept.read_until_closed(30);
+  ASSERT_EQ(r.bytes.rfind("HTTP/1.1 200 ", 0), 0u) << r.bytes;
+  EXPECT_NE(r.bytes.find("\r\nKeep-Alive: timeout=1, "), std::string::npos) << r.bytes;
+}
+
+// The header timeout bounds the headers only: a body that takes longer to arrive is read.
+TEST_F(GrpoServeSlowClients, ABodySlowerThanTheHeaderTimeoutIsStillRead) {
+  const std::string body = json{{"prompt", "slow upload"}, {"max_tokens", 3}}.dump();
+  RawConnection c(server_->port());
+  ASSERT_TRUE(c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body.substr(0, 5)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_TRUE(c.send(body.substr(5)));
+  const RawConnection::Received r = c.read_until_closed(60);
+  EXPECT_EQ(r.bytes.rfind("HTTP/1.1 200 ", 0), 0u) << r.bytes;
+  EXPECT_EQ(raw_body(r.bytes)["usage"]["completion_tokens"], 3) << r.bytes;
+}
+
+TEST(GrpoServeConnections, ConnectionsBeyondMaxConnectionsGet503UntilSomeClose) {
+  const std::string dir = grpo::testing::fresh_suite_dir("serve/max-connections");
+  write_model(dir + "/model", 1);
+  ServeProcess server(GRPO_SERVE_BINARY, dir + "/model", dir, {"--max-connections", "2", "--log-level", "warn"});
+  {
+    RawConnection a(server.port()), b(server.port());  // open, sending nothing: both count
+    ASSERT_TRUE(a.connected() && b.connected());
+    const Reply refused = Api(server.port()).get("/health");
+    expect_error(refused, 503, "", "a third connection");
+  }
+  // Once those two are gone, the server answers again (it notices the closes asynchronously).
+  Reply ok;
+  for (int i = 0; i < 100 && ok.status != 200; ++i) {
+    ok = Api(server.port()).get("/health");
+    if (ok.status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  if (!::testing::Test::HasFailure()) fs::remove_all(dir);
+}
+
+// A refused client that keeps uploading after its 503 is closed once it has sent about 1 MiB
+// more (not drained for the whole linger time), and the one thread that watches connections
+// goes on meanwhile: another connection's header timeout fires on time.
+TEST(GrpoServeConnections, ARefusedClientThatKeepsSendingIsCutOffAndStallsNobody) {
+  const std::string dir = grpo::testing::fresh_suite_dir("serve/refused-upload");
+  write_model(dir + "/model", 1);
+  ServeProcess server(GRPO_SERVE_BINARY, dir + "/model", dir,
+                      {"--max-connections", "1", "--header-timeout", "1", "--log-level", "warn"});
+  RawConnection holder(server.port()), uploader(server.port());  // holder takes the one slot
+  ASSERT_TRUE(holder.connected() && uploader.connected());
+  ASSERT_TRUE(uploader.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\n"));
+  RawConnection::Sent sent;
+  std::thread upload([&] { sent = uploader.send_until_closed(std::string(64 << 10, 'x'), std::size_t{1} << 30, 20); });
+  RawConnection late(server.port());
+  ASSERT_TRUE(late.send("GET /health HTTP/1.1\r\nHost: x\r\n"));  // never completes its headers
+  const auto t0 = std::chrono::steady_clock::now();
+  const RawConnection::Received r = late.read_until_closed(10);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  upload.join();
+  EXPECT_EQ(r.bytes.rfind("HTTP/1.1 408 ", 0), 0u) << r.bytes;
+  EXPECT_LT(seconds, 4.0) << "the header timeout is 1 s";
+  EXPECT_TRUE(sent.closed) << sent.bytes << " bytes sent";
+  // 1 MiB drained, plus what the two socket buffers held (a few MiB on loopback).
+  EXPECT_LT(sent.bytes, std::size_t{32} << 20);
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  if (!::testing::Test::HasFailure()) fs::remove_all(dir);
+}
+
+// An open-file limit that cannot be raised to fit --max-connections lowers it: the connections
+// beyond get 503 instead of exhausting the descriptors the server needs itself.
+TEST(GrpoServeConnections, ALowOpenFileLimitLowersMaxConnections) {
+  const std::string dir = grpo::testing::fresh_suite_dir("serve/open-file-limit");
+  write_model(dir + "/model", 1);
+  const std::string wrapper = dir + "/grpo-serve-ulimit.sh";  // 322 = 2 connections + the 320 reserved
+  std::ofstream(wrapper) << "#!/bin/sh\nulimit -n 322 || exit 99\nexec '" GRPO_SERVE_BINARY "' \"$@\"\n";
+  fs::permissions(wrapper, fs::perms::owner_all);
+  ServeProcess server(wrapper, dir + "/model", dir, {"--log-level", "warn"});
+  {
+    RawConnection a(server.port()), b(server.port());  // open, sending nothing: both count
+    ASSERT_TRUE(a.connected() && b.connected());
+    expect_error(Api(server.port()).get("/health"), 503, "", "a third connection");
+  }
+  // Logged when listening starts (after the port file): read once a connection was answered.
+  EXPECT_NE(server.log().find("the open-file limit 322 is below the 1344 that --max-connections 1024 needs: at most 2 "
+                              "connections are open at once"),
+            std::string::npos)
+      << server.log();
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  if (!::testing::Test::HasFailure()) fs::remove_all(dir);
+}
+
+TEST(GrpoServeConnections, BadConnectionLimitsAreUsageErrors) {
+  for (const std::string& bad : {"--header-timeout 0", "--keep-alive-timeout -1", "--max-connections 0", "--header-timeout x"}) {
+    SCOPED_TRACE(bad);
+    const auto run = grpo::testing::run_command("'" GRPO_SERVE_BINARY "' --model /nonexistent " + bad + " 2>&1");
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find(bad.substr(0, bad.find(' '))), std::string::npos) << run.output;
+    EXPECT_EQ(run.output.find("unrecognised"), std::string::npos) << run.output;
+  }
 }
 
 }  // namespace

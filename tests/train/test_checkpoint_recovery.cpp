@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/util/fs.h"
 #include "core/util/strings.h"
@@ -98,6 +100,7 @@ TEST(CheckpointRecovery, DamagedNewestFallsBackAndResumeFromChoosesTheStep) {
   ASSERT_EQ(code, 0) << out;
 
   grpo::testing::flip_middle_byte(ckpt + "step_000003/model.safetensors");
+  const std::string damaged = read_file(ckpt + "step_000003/model.safetensors");
   out = run_grpo(args + " --resume", &code);
   EXPECT_EQ(code, 0) << out;
   EXPECT_TRUE(contains(out, "[warning] resume: skipping the checkpoint " + ckpt + "step_000003: " + ckpt +
@@ -106,6 +109,14 @@ TEST(CheckpointRecovery, DamagedNewestFallsBackAndResumeFromChoosesTheStep) {
   EXPECT_TRUE(contains(out, "falling back to " + ckpt + "step_000002")) << out;
   EXPECT_TRUE(contains(out, "resumed from " + ckpt + "step_000002 (step 2")) << out;
   EXPECT_TRUE(contains(out, "checkpoint " + ckpt + "step_000003 (final")) << out;  // saved anew
+  // ... next to the damaged one, which is moved aside with a warning, not replaced (nothing deleted).
+  const std::string aside = ckpt + "superseded/step_000003.before-step-3";
+  EXPECT_TRUE(contains(out, "[warning] checkpoint " + ckpt + "step_000003 is of the step 3, being saved again (the run "
+                            "resumed from an older one): moved to " + aside))
+      << out;
+  ASSERT_TRUE(fs::exists(aside + "/model.safetensors")) << out;
+  EXPECT_TRUE(read_file(aside + "/model.safetensors") == damaged) << "the damaged checkpoint was not kept as it was";
+  EXPECT_FALSE(read_file(ckpt + "step_000003/model.safetensors") == damaged) << "step 3 was not saved anew";
 
   out = run_grpo(args + " --resume-from 1", &code);
   EXPECT_EQ(code, 0) << out;
@@ -126,6 +137,54 @@ TEST(CheckpointRecovery, DamagedNewestFallsBackAndResumeFromChoosesTheStep) {
   out = run_grpo(args + " --resume-from 0", &code);
   EXPECT_EQ(code, 2) << out;
   EXPECT_TRUE(contains(out, "--resume-from takes a checkpoint's step >= 1, got 0")) << out;
+}
+
+// A --resume that its checks reject changes nothing in the run directory: another run.seed, or
+// LoRA adapters of another rank (a configuration error found at the newest checkpoint, not a
+// fallback through every older one), leave effective_config.yaml as the run wrote it, so the run
+// still resumes from its own file. A run failing its checks on a fresh directory leaves only its
+// log and lock. effective_config.yaml is written once the checks pass.
+TEST(CheckpointRecovery, ARejectedResumeChangesNothing) {
+  const std::string dir = fresh_test_dir("checkpoint_recovery");
+  const std::string run_dir = dir + "/run";
+  const std::string effective = run_dir + "/effective_config.yaml";
+  const std::string lora = " --set model.lora.r=4 --set model.lora.target_modules=all-linear";
+  const std::string args = short_run(write_config(dir, run_dir)) + lora + " --set train.steps=2";
+  int code = 0;
+  std::string out = run_grpo(args, &code);
+  ASSERT_EQ(code, 0) << out;
+  const std::string written = read_file(effective);
+  ASSERT_TRUE(contains(written, "seed: 1") && contains(written, "r: 4")) << written;
+
+  out = run_grpo(args + " --set train.steps=3 --set run.seed=7 --resume", &code);
+  EXPECT_EQ(code, 3) << out;
+  EXPECT_TRUE(contains(out, "run.seed: the checkpoint " + run_dir + "/checkpoints/step_000002 was written with run.seed 1"))
+      << out;
+  EXPECT_EQ(read_file(effective), written) << "a rejected --resume rewrote effective_config.yaml";
+
+  out = run_grpo(args + " --set train.steps=3 --set model.lora.r=8 --resume", &code);
+  EXPECT_EQ(code, 3) << out;
+  EXPECT_TRUE(contains(out, "model.lora.r: " + run_dir + "/checkpoints/step_000002 holds adapters of rank 4 "
+                            "(adapter_config.json); this run has model.lora.r 8"))
+      << out;
+  EXPECT_FALSE(contains(out, "skipping the checkpoint")) << "a rank mismatch is no damage: no fallback\n" << out;
+  EXPECT_EQ(read_file(effective), written) << "a rejected --resume rewrote effective_config.yaml";
+
+  // The run resumes from its own file, unchanged; the file then says what the run trained with.
+  out = run_grpo("--config " + effective + " --set train.steps=3 --resume", &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_TRUE(contains(out, "resumed from " + run_dir + "/checkpoints/step_000002 (step 2")) << out;
+  EXPECT_TRUE(contains(read_file(effective), "steps: 3")) << read_file(effective);
+
+  // A fresh directory and a run its checks reject: the log (saying why) and the lock, nothing else.
+  const std::string fresh = dir + "/fresh";
+  out = run_grpo(args + " --set run.output_dir=" + fresh + " --set train.pack_length=4", &code);
+  EXPECT_EQ(code, 3) << out;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(fresh)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{".lock", "run.log"})) << out;
+  EXPECT_TRUE(contains(read_file(fresh + "/run.log"), "train.pack_length")) << read_file(fresh + "/run.log");
 }
 
 // While a run trains, a second grpo-run on its directory, fresh or resumed, exits 3 naming the

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/tokenizer_files.h"
+#include "tests/support/file_damage.h"
 #include "tests/support/metrics_jsonl.h"
 #include "tests/support/run_command.h"
 #include "tests/support/test_dir.h"
@@ -171,7 +173,7 @@ TEST(Sft, LearnsAndItsRunDirectoryIsAModelPathForGrpoRun) {
   EXPECT_EQ(loaded.config.hidden_size, 32);
 
   // grpo-run takes the run directory as model.path: its newest checkpoint.
-  const auto v = run_command(std::string(GRPO_RUN_BINARY) + " --validate --set model.path=" + dir +
+  const auto v = run_command(std::string(GRPO_RUN_BINARY) + " --validate-fragment --set model.path=" + dir +
                              "/run --set tokenizer.chat_template=none 2>&1");
   ASSERT_EQ(v.exit_code, 0) << v.output;
   EXPECT_NE(v.output.find("model: " + ckpt + " (Qwen2ForCausalLM)"), std::string::npos) << v.output;
@@ -233,6 +235,38 @@ TEST(Sft, BadInputNamesFileLineAndKey) {
   r = run_command(sft_command(dir, model, write_rows(dir), "--set sft.batch_size=0"));
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("sft.batch_size: expected an integer >= 1, got 0"), std::string::npos) << r.output;
+}
+
+// sft.init: pretrained from weights with NaN in them (a diverged run's save), or without a
+// tensor config.json implies: a configuration error naming model.path, the file and the tensor,
+// before anything trains (not an internal error, not a run that diverges at once).
+TEST(Sft, BadWeightsAreConfigurationErrorsNamingFileAndTensor) {
+  const std::string dir = fresh_test_dir("sft");
+  const std::string model = write_model_folder(dir);
+  grpo::core::CausalLM weights(grpo::core::load_model_config(model + "/config.json"));
+  weights->init_weights(0.2, 5);
+  grpo::core::save_checkpoint_tensors(model, grpo::core::model_state_tensors(weights), 1ULL << 30);
+  const std::string tensor = "model.layers.1.self_attn.o_proj.weight";  // [hidden 32, heads 4 x head_dim 8]
+  grpo::testing::fill_tensor_with_nan(model + "/model.safetensors", tensor);
+  std::string command = sft_command(dir, model, write_rows(dir), "--set sft.steps=1");
+  command.replace(command.find("sft.init=random"), 15, "sft.init=pretrained");
+  const auto r = run_command(command);
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("model.path: safetensors file '" + model + "/model.safetensors': tensor '" + tensor +
+                          "': 1024 of its 1024 values are not finite (the first, at [0, 0], is NaN)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/run/metrics.jsonl"));
+
+  auto without_norm = grpo::core::model_state_tensors(weights);
+  without_norm.erase(std::remove_if(without_norm.begin(), without_norm.end(),
+                                    [](const auto& named) { return named.first == "model.norm.weight"; }),
+                     without_norm.end());
+  grpo::core::save_checkpoint_tensors(model, without_norm, 1ULL << 30);
+  const auto missing = run_command(command);
+  EXPECT_EQ(missing.exit_code, 3) << missing.output;
+  EXPECT_NE(missing.output.find("model.path: " + model + ": missing tensors: model.norm.weight"), std::string::npos)
+      << missing.output;
 }
 
 }  // namespace

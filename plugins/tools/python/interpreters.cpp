@@ -39,28 +39,42 @@ std::string number_text(double v) {
   return buf;
 }
 
-using grpo_sandbox::read_available;
-
-// The first complete line of `buf`, removed from it; false when there is none yet.
-bool take_line(std::string* buf, std::string* line) {
-  const std::size_t nl = buf->find('\n');
-  if (nl == std::string::npos) return false;
-  *line = buf->substr(0, nl);
-  buf->erase(0, nl + 1);
-  return true;
-}
+using grpo_sandbox::LineReader;
 
 }  // namespace
 
 struct InterpreterPool::Session {
+  explicit Session(std::size_t max_answer_bytes) : out(max_answer_bytes), err(kStderrTail) {}
+  // Appends what the interpreter's own stderr holds now to err_tail, keeping its end.
+  void drain_stderr();
+  // Once its interpreter is gone: nothing it wrote reaches the next one's lines or start-up errors.
+  void forget_output() {
+    out.reset();
+    err.reset();
+    err_tail.clear();
+  }
+
   Proc proc;
-  std::string out_buf;     // protocol bytes after the last complete line
-  std::string err_tail;    // the end of the interpreter's own stderr (start-up errors)
+  LineReader out;          // the protocol: one answer line per cell
+  LineReader err;          // the interpreter's own stderr (start-up errors)
+  std::string err_tail;    // its last kStderrTail bytes
   std::string lost;        // why the previous interpreter is gone, told to the next call
   std::uint64_t last_used = 0;
   bool busy = false;       // a call is using it (never evicted then)
   bool ended = false;      // end() came while a call was still running
 };
+
+void InterpreterPool::Session::drain_stderr() {
+  if (!proc || proc->stderr_fd() < 0) return;
+  std::vector<LineReader::Line> lines;
+  if (!err.read(proc->stderr_fd(), &lines)) {
+    lines.emplace_back();
+    if (!err.take_rest(&lines.back())) lines.pop_back();
+    proc->close_stderr();
+  }
+  for (const LineReader::Line& line : lines) err_tail += line.text + (line.cut ? " [...]\n" : "\n");
+  if (err_tail.size() > kStderrTail) err_tail.erase(0, err_tail.size() - kStderrTail);
+}
 
 InterpreterPool::InterpreterPool(const grpo_sandbox::Sandbox& sandbox, InterpreterSettings settings)
     : sandbox_(sandbox), settings_(std::move(settings)) {
@@ -146,19 +160,19 @@ bool InterpreterPool::await_ready(Session& s, double timeout_s, std::string* err
       *error = std::string("poll failed: ") + std::strerror(errno);
       return false;
     }
-    if (s.proc->stderr_fd() >= 0 && !read_available(s.proc->stderr_fd(), &s.err_tail)) s.proc->close_stderr();
-    if (s.err_tail.size() > kStderrTail) s.err_tail.erase(0, s.err_tail.size() - kStderrTail);
-    const bool open = read_available(s.proc->stdout_fd(), &s.out_buf);
-    std::string line;
-    if (take_line(&s.out_buf, &line)) {
-      const json msg = json::parse(line, nullptr, false);
-      if (msg.is_object() && msg.value("ready", false)) return true;
-      *error = "the interpreter wrote, before it was ready, what is not the protocol: " + grpo::sdk::clip_utf8(line, 200);
+    s.drain_stderr();
+    std::vector<LineReader::Line> lines;
+    const bool open = s.out.read(s.proc->stdout_fd(), &lines);
+    if (!lines.empty()) {
+      const json msg = json::parse(lines[0].text, nullptr, false);
+      if (!lines[0].cut && msg.is_object() && msg.value("ready", false)) return true;
+      *error = "the interpreter wrote, before it was ready, what is not the protocol: " +
+               grpo::sdk::clip_utf8(lines[0].text, 200);
       return false;
     }
     if (!open) {
       for (int i = 0; i < 100 && !s.proc->reap(false); ++i) usleep(10000);
-      if (s.proc->stderr_fd() >= 0) read_available(s.proc->stderr_fd(), &s.err_tail);
+      s.drain_stderr();
       *error = "the interpreter exited while starting" +
                (s.err_tail.empty() ? std::string() : ": " + grpo::sdk::clip_utf8(s.err_tail, kStderrTail));
       return false;
@@ -172,8 +186,7 @@ void InterpreterPool::lose(Session& s, const std::string& why) {
     s.proc->finish();  // frees its sandbox slot before live_ says so
     s.proc.reset();
   }
-  s.out_buf.clear();
-  s.err_tail.clear();
+  s.forget_output();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     s.lost = why;
@@ -228,13 +241,16 @@ void InterpreterPool::run_cell(Session& s, const std::string& code, double timeo
     const int r = poll(fds, s.proc->stderr_fd() >= 0 ? 2 : 1, static_cast<int>(std::min(left, 0.1) * 1000) + 1);
     if (r < 0 && errno != EINTR) return fault(std::string("could not be polled: ") + std::strerror(errno));
     if (r <= 0) continue;
-    if (s.proc->stderr_fd() >= 0 && !read_available(s.proc->stderr_fd(), &s.err_tail)) s.proc->close_stderr();
-    if (s.err_tail.size() > kStderrTail) s.err_tail.erase(0, s.err_tail.size() - kStderrTail);
-    const bool open = read_available(s.proc->stdout_fd(), &s.out_buf);
-    std::string line;
-    if (take_line(&s.out_buf, &line)) {
-      const json msg = json::parse(line, nullptr, false);
-      if (!msg.is_object() || !msg.contains("exit") || !msg["exit"].is_number_integer() || !s.out_buf.empty())
+    s.drain_stderr();
+    std::vector<LineReader::Line> lines;
+    const bool open = s.out.read(s.proc->stdout_fd(), &lines);
+    if (!lines.empty()) {
+      if (lines[0].cut)  // an answer is at most 2 x max_chars characters: a cell wrote into the channel
+        return fault("wrote more than " + std::to_string(settings_.max_answer_bytes) +
+                     " bytes on one line of its protocol channel");
+      const json msg = json::parse(lines[0].text, nullptr, false);
+      if (!msg.is_object() || !msg.contains("exit") || !msg["exit"].is_number_integer() || lines.size() > 1 ||
+          s.out.pending() > 0)
         return fault("wrote what is not the protocol");
       auto text = [&](const char* key) {
         const auto it = msg.find(key);
@@ -266,7 +282,7 @@ Outcome InterpreterPool::run(std::string_view trajectory_id, const std::string& 
   {
     std::unique_lock<std::mutex> lock(mutex_);
     std::shared_ptr<Session>& entry = sessions_[std::string(trajectory_id)];
-    if (!entry) entry = std::make_shared<Session>();
+    if (!entry) entry = std::make_shared<Session>(settings_.max_answer_bytes);
     s = entry;
     // A call the host gave up on may still be running for this trajectory: wait for it.
     while (s->busy) {
@@ -285,7 +301,7 @@ Outcome InterpreterPool::run(std::string_view trajectory_id, const std::string& 
         }
         if (victim) {
           evicted.push_back(std::move(victim->proc));
-          victim->out_buf.clear();
+          victim->forget_output();
           victim->lost = "was stopped to make room for another trajectory's (max_interpreters: " +
                          std::to_string(settings_.max_interpreters) + ")";
           --live_;

@@ -52,6 +52,9 @@ struct Outcome {
 struct InterpreterSettings {
   std::string driver_source;  // driver.py
   std::string driver_config;  // its argv[1] (JSON: {"max_chars": N})
+  // The longest line taken from the driver (its answer to a cell); a longer one is cut while
+  // it is read and the interpreter is killed: a cell wrote into the protocol channel.
+  std::size_t max_answer_bytes = std::size_t{1} << 20;
   std::size_t max_interpreters = 64;
   double start_timeout_s = 30.0;  // start-up to the driver's "ready", on top of the call's limit
   grpo_sandbox::SandboxLimits limits;

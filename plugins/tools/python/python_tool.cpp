@@ -142,13 +142,14 @@ class PythonTool : public sdk::Tool {
                            : concurrency > 0    ? static_cast<unsigned>(concurrency)
                                                 : std::max(1u, std::thread::hardware_concurrency());
     sandbox_ = std::make_unique<Sandbox>(bwrap, python, slots, /*uid_base=*/60000u, grpo_sandbox::cgroup_support());
-    if (const std::string why = sandbox_->self_test(); !why.empty())
-      cfg.fail("bwrap", "the code sandbox does not work on this machine: " + why +
-                            " (it needs bubblewrap and unprivileged user namespaces; docs/sandbox.md)");
+    if (const Sandbox::SelfTest test = sandbox_->self_test(); !test.why.empty()) cfg.fail(test.option, test.message());
     if (stateful_) {
       InterpreterSettings s;
       s.driver_source = grpo_python_tool::kDriverSource;
       s.driver_config = json{{"max_chars", max_output_chars_}}.dump();
+      // The driver's answer holds at most max_chars characters of stdout and of stderr, each at
+      // most 6 bytes once JSON-escaped (\u001b): a longer line is a cell writing into the channel.
+      s.max_answer_bytes = 2 * 6 * max_output_chars_ + 4096;
       s.max_interpreters = static_cast<std::size_t>(max_interpreters);
       s.limits = limits_;
       pool_ = std::make_unique<InterpreterPool>(*sandbox_, std::move(s));

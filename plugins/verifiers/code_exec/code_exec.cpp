@@ -341,9 +341,7 @@ class CodeVerifier : public sdk::Verifier {
     announce_bound(cfg, require_cgroup);
     // Never run untrusted code unsandboxed: a machine where the sandbox does not work is a
     // configuration error, reported before the run starts.
-    if (const std::string why = sandbox_->self_test(); !why.empty())
-      cfg.fail("bwrap", "the code sandbox does not work on this machine: " + why +
-                            " (it needs bubblewrap and unprivileged user namespaces; docs/sandbox.md)");
+    if (const Sandbox::SelfTest test = sandbox_->self_test(); !test.why.empty()) cfg.fail(test.option, test.message());
   }
 
   sdk::VerifierResult verify(const sdk::VerifierInput& input) const override {

@@ -17,7 +17,10 @@
 #                      or, for a TRL call that raised, {"batch_error": ..., "where", "tb"};
 #                      then {"done": N}.
 # One line per row, written when the row is done: a row that hangs or kills the interpreter is
-# the first one the plugin has no answer for, and only that row is blamed.
+# the first one the plugin has no answer for, and only that row is blamed. A line is at most
+# settings["max_line_bytes"]: an answer that would be longer is cut to fit (details replaced by
+# a note, message and traceback clipped), since the plugin takes a longer line for a flood of
+# the protocol channel and restarts the worker.
 import importlib
 import importlib.util
 import inspect
@@ -41,6 +44,8 @@ def _protocol_streams():
 
 
 _PID = os.getpid()
+_MAX_LINE = 1 << 20  # bytes of one protocol line; main() sets the plugin's limit
+_MAX_MESSAGE, _MAX_TB = 2000, 16000  # characters kept of a message, of a traceback, when cut
 
 
 def _guard_fork():
@@ -49,7 +54,7 @@ def _guard_fork():
         os._exit(0)
 
 
-def _send(fd, obj):
+def _encode(obj):
     try:
         text = json.dumps(obj, ensure_ascii=False, default=repr, allow_nan=False)
     except ValueError:  # NaN or infinity in a verl dict's details: JSON has none, send them as text
@@ -64,19 +69,49 @@ def _send(fd, obj):
         details = obj.pop("d", None)
         obj["d"] = {"unserializable_details": "%s: %s" % (why, repr(details)[:200])}
         text = json.dumps(obj, ensure_ascii=False, default=repr, allow_nan=False)
-    data = (text + "\n").encode("utf-8", "replace")
+    return (text + "\n").encode("utf-8", "replace")
+
+
+def _fit(obj):
+    """The answer cut to fit one protocol line: details replaced by a note, the message and the
+    traceback clipped (each JSON-escaped character takes at most 6 bytes: far below the limit)."""
+    if "d" in obj:
+        obj["d"] = {"details_dropped": "the details took more than the %d bytes of one answer" % _MAX_LINE}
+    for key in ("error", "batch_error", "fatal", "where"):
+        if isinstance(obj.get(key), str) and len(obj[key]) > _MAX_MESSAGE:
+            obj[key] = obj[key][:_MAX_MESSAGE] + "...[cut]"
+    if isinstance(obj.get("tb"), str) and len(obj["tb"]) > _MAX_TB:
+        obj["tb"] = "...[cut]" + obj["tb"][-_MAX_TB:]
+    return obj
+
+
+def _send(fd, obj):
+    data = _encode(obj)
+    if len(data) > _MAX_LINE:
+        data = _encode(_fit(obj))
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
         view = view[n:]
 
 
-def _where(exc):
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
+def _driver_frame(filename):
+    # This driver runs as "<string>" (python -c); importlib's frames are "<frozen ...>".
+    return filename == "<string>" or filename.startswith("<frozen ")
+
+
+def _where(exc, fn=None):
+    """file:line of the innermost frame that is not the driver's. What the driver raised about
+    the function itself (a TRL list of the wrong length, arguments it cannot take) is placed
+    at the function's definition: never at a line of this driver."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _driver_frame(f.filename)]
+    if frames:
+        return "%s:%d" % (os.path.basename(frames[-1].filename), frames[-1].lineno)
+    try:
+        code = inspect.unwrap(fn).__code__
+        return "%s:%d" % (os.path.basename(code.co_filename), code.co_firstlineno)
+    except Exception:  # no function yet (start-up), or a builtin / C function
         return ""
-    last = frames[-1]
-    return "%s:%d" % (os.path.basename(last.filename), last.lineno)
 
 
 class _Unusable(Exception):
@@ -86,13 +121,12 @@ class _Unusable(Exception):
 def _traceback(exc):
     # The user's frames only: this driver runs as "<string>" (python -c).
     te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
-    te.stack = traceback.StackSummary.from_list(
-        [f for f in te.stack if f.filename != "<string>" and not f.filename.startswith("<frozen ")])
+    te.stack = traceback.StackSummary.from_list([f for f in te.stack if not _driver_frame(f.filename)])
     return "".join(te.format())
 
 
-def _error(exc):
-    return {"error": "%s: %s" % (type(exc).__name__, exc), "where": _where(exc), "tb": _traceback(exc)}
+def _error(exc, fn=None):
+    return {"error": "%s: %s" % (type(exc).__name__, exc), "where": _where(exc, fn), "tb": _traceback(exc)}
 
 
 def _load(settings):
@@ -203,7 +237,7 @@ def _score_rows(fn, signature, rows, out_fd, ground_truth_key, completions_as):
                     len(rows), type(values).__name__ if not isinstance(values, (list, tuple)) else
                     "a list of %d" % len(values)))
         except BaseException as e:  # SystemExit, KeyboardInterrupt, func_timeout's: the call's, not ours
-            err = _error(e)
+            err = _error(e, fn)
             _send(out_fd, {"batch_error": err["error"], "where": err["where"], "tb": err["tb"]})
             return
         _guard_fork()
@@ -220,13 +254,15 @@ def _score_rows(fn, signature, rows, out_fd, ground_truth_key, completions_as):
                            extra_info=extra_info if extra_info is not None else {})
             result = _row_result(i, value, signature)
         except BaseException as e:  # SystemExit, KeyboardInterrupt, func_timeout's: the row's, not ours
-            result = dict(_error(e), i=i)
+            result = dict(_error(e, fn), i=i)
         _guard_fork()
         _send(out_fd, result)
 
 
 def main():
+    global _MAX_LINE
     settings = json.loads(sys.argv[1])
+    _MAX_LINE = int(settings.get("max_line_bytes", _MAX_LINE))
     requests, out_fd = _protocol_streams()
     if "" in sys.path:
         sys.path.remove("")  # -c puts the working directory first; the reward's folder goes there

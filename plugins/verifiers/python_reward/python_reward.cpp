@@ -104,6 +104,13 @@ Interpreter probe_interpreter(const sdk::ConfigView& cfg, const std::string& pyt
   return out;
 }
 
+// The value a driver's "nonfinite" names (Python's repr: "inf", "-inf", "nan").
+double non_finite(const std::string& repr) {
+  if (repr == "inf") return std::numeric_limits<double>::infinity();
+  if (repr == "-inf") return -std::numeric_limits<double>::infinity();
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
 // Folders, without duplicates and without those inside another one of the list.
 std::vector<std::string> outermost(std::vector<std::string> paths) {
   for (auto& p : paths) p = fs::path(p).lexically_normal().string();
@@ -194,7 +201,8 @@ class PythonReward : public sdk::Verifier {
 
     s.name = "python_reward (" + (abs_path.empty() ? module : fs::path(abs_path).filename().string()) + ":" + function + ")";
     json driver = {{"function", function}, {"signature", signature_}, {"python_path", python_path},
-                   {"ground_truth_key", ground_truth_key}, {"completions_as", completions_as}};
+                   {"ground_truth_key", ground_truth_key}, {"completions_as", completions_as},
+                   {"max_line_bytes", grpo_python_reward::kMaxAnswerBytes}};
     if (!abs_path.empty()) driver["path"] = abs_path;
     else driver["module"] = module;
     s.driver_source = grpo_python_reward::kDriverSource;
@@ -272,12 +280,14 @@ class PythonReward : public sdk::Verifier {
         result.score = 0.0;
         result.details = R"({"not_applicable":true,"returned":"None"})";
         break;
-      case RowOutcome::Kind::kNonFinite:  // the host counts it as a failure
-        result.score = std::numeric_limits<double>::quiet_NaN();
+      case RowOutcome::Kind::kNonFinite:  // the host counts it as a failure, naming the value
+        result.score = non_finite(out.error);
         result.details = dump(json{{"returned", out.error}});
         break;
       case RowOutcome::Kind::kError:
         throw std::runtime_error(out.error);
+      case RowOutcome::Kind::kTimeout:  // reward/verifier_timeouts, not an error
+        throw sdk::VerifierTimeout(out.error);
     }
     return result;
   }

@@ -51,6 +51,9 @@ std::string signal_name(int sig) {
 
 std::string preview(const std::string& s, std::size_t n = 200) { return sdk::clip_utf8(s, n); }
 
+using grpo_sandbox::LineReader;
+using Lines = std::vector<LineReader::Line>;
+
 }  // namespace
 
 struct WorkerPool::Request {
@@ -68,8 +71,8 @@ struct WorkerPool::Worker {
   bool start_reported = false;  // guarded by the pool's mutex: the first start is done
   std::string start_error;      // why it failed
 
-  std::string out_buf;   // protocol bytes after the last complete line
-  std::string err_buf;   // stderr bytes after the last complete line
+  LineReader out{kMaxAnswerBytes};                      // the protocol
+  LineReader err{kLineCap, /*carriage_returns=*/true};  // stderr: progress bars end lines with '\r'
   std::string err_tail;  // the last kStderrTail bytes of stderr, for fault reports
   std::thread thread;
 };
@@ -158,39 +161,21 @@ WorkerPool::Proc WorkerPool::start_process(std::string* error) {
   return proc;
 }
 
-namespace {
-
-// Reads what is there to read of a non-blocking pipe: complete lines into `lines`, the rest
-// stays in `buf`. False at end of file (the interpreter exited or closed the pipe).
-bool read_available(int fd, std::string* buf, std::vector<std::string>* lines, bool carriage_returns = false) {
-  // The lines read together with the end of the stream count too: a worker's last answer and
-  // its exit often arrive in one read, and that answer must not be lost (its row would be blamed
-  // for the exit of the row after it).
-  const bool open = grpo_sandbox::read_available(fd, buf);
-  const char* breaks = carriage_returns ? "\n\r" : "\n";
-  std::size_t start = 0;
-  for (std::size_t nl = buf->find_first_of(breaks); nl != std::string::npos; nl = buf->find_first_of(breaks, start)) {
-    if (nl > start) lines->push_back(buf->substr(start, nl - start));
-    start = nl + 1;
-  }
-  buf->erase(0, start);
-  return open;
-}
-
-}  // namespace
-
 void WorkerPool::drain_stderr(Worker& w) {
   if (!w.proc || w.proc->stderr_fd() < 0) return;
-  std::vector<std::string> lines;
-  // Progress bars end their lines with '\r'; output without any line break is cut into lines.
-  if (!read_available(w.proc->stderr_fd(), &w.err_buf, &lines, /*carriage_returns=*/true)) w.proc->close_stderr();
-  if (w.err_buf.size() > kLineCap) {
-    lines.push_back(w.err_buf);
-    w.err_buf.clear();
+  // Bounded while read (LineReader): a line past kLineCap is cut and the rest of it dropped,
+  // so a function that prints a gigabyte without a newline costs one log line.
+  Lines lines;
+  if (!w.err.read(w.proc->stderr_fd(), &lines)) {
+    lines.emplace_back();
+    if (!w.err.take_rest(&lines.back())) lines.pop_back();  // its last words without a newline
+    w.proc->close_stderr();
   }
-  for (const std::string& line : lines) {
-    w.err_tail += line + "\n";
-    log_stderr_line(w, line);
+  for (const LineReader::Line& line : lines) {
+    std::string text = line.text;
+    if (line.cut) text += " ...[the line went on; dropped past " + std::to_string(kLineCap) + " bytes]";
+    w.err_tail += text + "\n";
+    log_stderr_line(w, text);
   }
   if (w.err_tail.size() > kStderrTail) w.err_tail.erase(0, w.err_tail.size() - kStderrTail);
 }
@@ -201,7 +186,7 @@ void WorkerPool::log_stderr_line(const Worker& w, const std::string& line) {
     std::lock_guard<std::mutex> lock(log_mutex_);
     n = ++stderr_lines_;
   }
-  const std::string text = settings_.name + " worker " + std::to_string(w.index) + ": " + preview(line, kLineCap);
+  const std::string text = settings_.name + " worker " + std::to_string(w.index) + ": " + line;
   if (n <= kStderrLinesAtInfo) sdk::log_info(text);
   else sdk::log_debug(text);
   if (n == kStderrLinesAtInfo)
@@ -236,16 +221,17 @@ bool WorkerPool::await_ready(Worker& w, double timeout_s, std::string* error) {
       return false;
     }
     drain_stderr(w);
-    std::vector<std::string> lines;
-    const bool open = read_available(w.proc->stdout_fd(), &w.out_buf, &lines);
-    for (const std::string& line : lines) {
-      const json msg = json::parse(line, nullptr, false);
+    Lines lines;
+    const bool open = w.out.read(w.proc->stdout_fd(), &lines);
+    for (const LineReader::Line& line : lines) {
+      const json msg = line.cut ? json() : json::parse(line.text, nullptr, false);
       if (msg.is_object() && msg.contains("ready")) return true;
       if (msg.is_object() && msg.contains("fatal")) {
         *error = settings_.name + ": " + msg.value("fatal", std::string()) + "\n" + msg.value("tb", std::string());
         return false;
       }
-      *error = settings_.name + ": a Python worker wrote, before it was ready, what is not the protocol: " + preview(line);
+      *error = settings_.name + ": a Python worker wrote, before it was ready, what is not the protocol: " +
+               preview(line.text) + (line.cut ? " (a line over " + std::to_string(kMaxAnswerBytes) + " bytes)" : "");
       return false;
     }
     if (!open) {
@@ -314,8 +300,8 @@ void WorkerPool::restart(Worker& w, const std::string& why) {
     w.proc->finish();
   }
   w.proc.reset();
-  w.out_buf.clear();
-  w.err_buf.clear();
+  w.out.reset();
+  w.err.reset();
   w.err_tail.clear();
   if (shutting_down_.load()) return;
   // One warning per kind of fault; the rows' details carry every occurrence.
@@ -390,6 +376,32 @@ void WorkerPool::worker_main(Worker& w) {
   }
 }
 
+bool WorkerPool::row_outcome(const json& msg, RowOutcome* out) {
+  if (const auto s = msg.find("s"); s != msg.end() && s->is_number()) {
+    out->kind = RowOutcome::Kind::kScore;
+    out->score = s->get<double>();
+    if (const auto d = msg.find("d"); d != msg.end()) out->details = d->dump(-1, ' ', false, json::error_handler_t::replace);
+  } else if (msg.contains("none")) {
+    out->kind = RowOutcome::Kind::kNotApplicable;
+  } else if (const auto nf = msg.find("nonfinite"); nf != msg.end() && nf->is_string()) {
+    out->kind = RowOutcome::Kind::kNonFinite;
+    out->error = nf->get<std::string>();
+  } else if (const auto e = msg.find("error"); e != msg.end() && e->is_string()) {
+    out->kind = RowOutcome::Kind::kError;
+    out->error = e->get<std::string>();
+    const std::string where = msg.value("where", std::string());
+    if (!where.empty()) out->error += " (" + where + ")";
+    const std::string tb = msg.value("tb", std::string());
+    if (!tb.empty())
+      log_once("error:" + out->error.substr(0, out->error.find(':')) + "@" + where,
+               settings_.name + " raised " + out->error +
+                   "; the traceback (logged once per distinct error; every row it fails scores 0):\n" + tb);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // Long because it is one batch's whole exchange: send the rows, take the answers as they come
 // under the per-row deadline, and sort out, on a fault, which rows fail and which go back.
 void WorkerPool::run_batch(Worker& w, std::vector<std::shared_ptr<Request>>& batch) {
@@ -412,14 +424,18 @@ void WorkerPool::run_batch(Worker& w, std::vector<std::shared_ptr<Request>>& bat
   const std::string timeout_text = "timed out after " + number_text(settings_.timeout_s) + " s (timeout_s" +
                                    std::string(settings_.trl ? ", one call on the batch" : ", per row") + ")";
 
-  // A fault of the interpreter: the row it was on fails, the rows it had not reached go back.
-  auto fault = [&](const std::string& what) {
+  // A fault of the interpreter: the row it was on fails (a time-out counts as one, not as an
+  // error), the rows it had not reached go back.
+  auto fault = [&](const std::string& what, bool timed_out = false) {
     w.proc->kill();
     w.proc->reap(true);
     drain_stderr(w);  // what it wrote before it died: a segfault's message, a MemoryError
     const grpo_sandbox::CgroupLeaf::Outcome leaf = w.proc->finish();
     std::string why = what;
-    if (leaf.oom_killed) why = "was killed by its memory limit (memory_mb)";
+    if (leaf.oom_killed) {
+      why = "was killed by its memory limit (memory_mb)";
+      timed_out = false;
+    }
     if (!w.err_tail.empty()) why += " (its last output: " + preview(w.err_tail, 300) + ")";
     std::vector<std::shared_ptr<Request>> open;
     for (std::size_t i = 0; i < n; ++i)
@@ -428,6 +444,7 @@ void WorkerPool::run_batch(Worker& w, std::vector<std::shared_ptr<Request>>& bat
       requeue_front(open, /*alone=*/true, why);  // one call per row finds the rows at fault
     } else if (!open.empty()) {
       RowOutcome out;
+      out.kind = timed_out ? RowOutcome::Kind::kTimeout : RowOutcome::Kind::kError;
       out.error = "the Python worker " + why;
       settle(open.front(), std::move(out));
       open.erase(open.begin());
@@ -448,7 +465,7 @@ void WorkerPool::run_batch(Worker& w, std::vector<std::shared_ptr<Request>>& bat
   std::size_t written = 0;
   while (written < line.size()) {
     const double left = seconds_until(deadline);
-    if (left <= 0) return fault(timeout_text);
+    if (left <= 0) return fault(timeout_text, /*timed_out=*/true);
     pollfd fds[1] = {{w.proc->stdin_fd(), POLLOUT, 0}};
     if (poll(fds, 1, static_cast<int>(std::min(left, 0.1) * 1000) + 1) < 0 && errno != EINTR)
       return fault(std::string("could not be written to: ") + std::strerror(errno));
@@ -461,16 +478,23 @@ void WorkerPool::run_batch(Worker& w, std::vector<std::shared_ptr<Request>>& bat
   // 2. The answers, one line per row, then {"done": id}.
   for (;;) {
     const double left = seconds_until(deadline);
-    if (left <= 0) return fault(timeout_text);
+    if (left <= 0) return fault(timeout_text, /*timed_out=*/true);
     if (shutting_down_.load()) return fault("was stopped: the verifier is shutting down");
     pollfd fds[2] = {{w.proc->stdout_fd(), POLLIN, 0}, {w.proc->stderr_fd(), POLLIN, 0}};
     const int r = poll(fds, w.proc->stderr_fd() >= 0 ? 2 : 1, static_cast<int>(std::min(left, 0.1) * 1000) + 1);
     if (r < 0 && errno != EINTR) return fault(std::string("could not be polled: ") + std::strerror(errno));
     if (r <= 0) continue;
     drain_stderr(w);
-    std::vector<std::string> lines;
-    const bool open = read_available(w.proc->stdout_fd(), &w.out_buf, &lines);
-    for (const std::string& text : lines) {
+    // The lines read together with the end of the stream count too: a worker's last answer and
+    // its exit often arrive in one read, and that answer must not be lost (its row would be
+    // blamed for the exit of the row after it).
+    Lines lines;
+    const bool open = w.out.read(w.proc->stdout_fd(), &lines);
+    for (const LineReader::Line& line : lines) {
+      if (line.cut)  // the driver's lines fit: the function wrote into the protocol channel
+        return fault("wrote more than " + std::to_string(kMaxAnswerBytes) +
+                     " bytes without a line break into its protocol channel (the limit of one answer)");
+      const std::string& text = line.text;
       const json msg = json::parse(text, nullptr, false);
       auto garbage = [&] {
         fault("wrote what is not the protocol: \"" + preview(text) + "\"");
@@ -480,28 +504,7 @@ void WorkerPool::run_batch(Worker& w, std::vector<std::shared_ptr<Request>>& bat
         if (!it->is_number_unsigned() || it->get<std::size_t>() >= n || answered[it->get<std::size_t>()]) return garbage();
         const std::size_t i = it->get<std::size_t>();
         RowOutcome out;
-        if (const auto s = msg.find("s"); s != msg.end() && s->is_number()) {
-          out.kind = RowOutcome::Kind::kScore;
-          out.score = s->get<double>();
-          if (const auto d = msg.find("d"); d != msg.end()) out.details = d->dump(-1, ' ', false, json::error_handler_t::replace);
-        } else if (msg.contains("none")) {
-          out.kind = RowOutcome::Kind::kNotApplicable;
-        } else if (const auto nf = msg.find("nonfinite"); nf != msg.end() && nf->is_string()) {
-          out.kind = RowOutcome::Kind::kNonFinite;
-          out.error = nf->get<std::string>();
-        } else if (const auto e = msg.find("error"); e != msg.end() && e->is_string()) {
-          out.kind = RowOutcome::Kind::kError;
-          out.error = e->get<std::string>();
-          const std::string where = msg.value("where", std::string());
-          if (!where.empty()) out.error += " (" + where + ")";
-          const std::string tb = msg.value("tb", std::string());
-          if (!tb.empty())
-            log_once("error:" + out.error.substr(0, out.error.find(':')) + "@" + where,
-                     settings_.name + " raised " + out.error +
-                         "; the traceback (logged once per distinct error; every row it fails scores 0):\n" + tb);
-        } else {
-          return garbage();
-        }
+        if (!row_outcome(msg, &out)) return garbage();
         answered[i] = true;
         settle(batch[i], std::move(out));
         deadline = after(settings_.timeout_s);  // the next row's time starts now

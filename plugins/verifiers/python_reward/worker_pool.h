@@ -4,9 +4,11 @@
 // Each worker is a thread that owns one interpreter: it takes up to batch_size queued rows,
 // sends them as one JSON line, and reads one answer line per row. Faults are the worker's,
 // not the run's: an interpreter that exits, hangs past timeout_s (per row; per call for TRL)
-// or writes what is not the protocol is killed and started again on the next batch. The row
-// it was on scores 0 with the reason; the rows of the batch it had not reached go back to the
-// front of the queue. A TRL call covers the whole batch, so a failed TRL batch is run again
+// or writes what is not the protocol (or a protocol line over kMaxAnswerBytes) is killed and
+// started again on the next batch. The row it was on scores 0 with the reason (a time-out as
+// a time-out: RowOutcome::Kind::kTimeout); the rows of the batch it had not reached go back
+// to the front of the queue. Its pipes are read through the sandbox's LineReader, so what it
+// writes is bounded while it is read. A TRL call covers the whole batch, so a failed TRL batch is run again
 // row by row to find the rows at fault. A Python exception fails its row only, and its
 // traceback is logged once per distinct error (type and place), not once per row.
 #pragma once
@@ -22,9 +24,16 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "plugins/verifiers/sandbox/sandbox.h"
 
 namespace grpo_python_reward {
+
+// The longest protocol line taken from a worker (one row's answer). The driver cuts what it
+// sends to fit (details, error text, traceback); a longer line is a function writing into the
+// protocol channel: it is cut while it is read, and the worker is killed and restarted.
+constexpr std::size_t kMaxAnswerBytes = std::size_t{1} << 20;
 
 struct PoolSettings {
   std::string name;            // for logs: "python_reward (rewards.py:compute_score)"
@@ -40,11 +49,11 @@ struct PoolSettings {
 };
 
 struct RowOutcome {
-  enum class Kind { kScore, kNotApplicable, kNonFinite, kError };
+  enum class Kind { kScore, kNotApplicable, kNonFinite, kError, kTimeout };
   Kind kind = Kind::kError;
   double score = 0.0;
   std::string details;  // JSON object text (verl dict keys besides "score"), or ""
-  std::string error;    // kError: why; kNonFinite: the value ("nan")
+  std::string error;    // kError, kTimeout: why; kNonFinite: the value ("nan", "inf", "-inf")
 };
 
 class WorkerPool {
@@ -74,6 +83,9 @@ class WorkerPool {
   bool await_ready(Worker& w, double timeout_s, std::string* error);
   void worker_main(Worker& w);
   void run_batch(Worker& w, std::vector<std::shared_ptr<Request>>& batch);
+  // One row's answer ({"i", ...} with "s", "none", "nonfinite" or "error") as its outcome (an
+  // error's traceback logged once); false when it is none of them.
+  bool row_outcome(const nlohmann::json& msg, RowOutcome* out);
   void settle(const std::shared_ptr<Request>& r, RowOutcome outcome);
   void requeue_front(std::vector<std::shared_ptr<Request>> requests, bool alone, const std::string& why);
   void restart(Worker& w, const std::string& why);

@@ -139,20 +139,6 @@ void report_and_exit(int fd, char step) {
 
 }  // namespace
 
-bool read_available(int fd, std::string* buf) {
-  char chunk[65536];
-  for (;;) {
-    const ssize_t got = read(fd, chunk, sizeof chunk);
-    if (got > 0) {
-      buf->append(chunk, static_cast<std::size_t>(got));
-      continue;
-    }
-    if (got == 0) return false;
-    if (errno == EINTR) continue;
-    return true;  // EAGAIN: all read
-  }
-}
-
 SigpipeGuard::SigpipeGuard() {
   sigset_t pipe_set, old;
   sigemptyset(&pipe_set);
@@ -530,17 +516,28 @@ RunResult Sandbox::run(const SandboxCommand& command, const std::string& stdin_d
   return result;
 }
 
-std::string Sandbox::self_test() const {
-  if (sandboxed() && access(bwrap_.c_str(), X_OK) != 0) return "bubblewrap not found at " + bwrap_ + " (Debian: apt-get install bubblewrap)";
-  if (access(python_.c_str(), X_OK) != 0) return "python not found at " + python_;
+std::string Sandbox::SelfTest::message() const {
+  if (option != "bwrap") return why;
+  return "the code sandbox does not work on this machine: " + why +
+         " (it needs bubblewrap and unprivileged user namespaces; docs/sandbox.md)";
+}
+
+Sandbox::SelfTest Sandbox::self_test() const {
+  if (sandboxed() && access(bwrap_.c_str(), X_OK) != 0)
+    return {"bwrap", "bubblewrap not found at " + bwrap_ + " (Debian: apt-get install bubblewrap)"};
+  if (access(python_.c_str(), X_OK) != 0) return {"python", "no executable Python interpreter at " + python_};
   SandboxLimits limits;
   limits.wall_seconds = 20.0;
   const RunResult r = run({"/code/t.py"}, {{"/code/t.py", "print(6 * 7)\n"}}, "", limits);
-  if (!r.started) return r.error;
-  if (r.exit_code == 0 && r.out == "42\n") return "";
+  if (!r.started) return {"bwrap", r.error};
+  if (r.exit_code == 0 && r.out == "42\n") return {};
   std::string why = "a test program did not run in the sandbox (exit " + std::to_string(r.exit_code) + ")";
   if (!r.err.empty()) why += ": " + r.err.substr(0, 400);
-  return why;
+  // bwrap's own failures (no user namespaces) are the sandbox's; anything else, the
+  // interpreter's: bwrap could not exec it (a path the sandbox does not show), or it ran and
+  // failed (not a Python 3).
+  const bool bwrap_failed = r.err.rfind("bwrap: ", 0) == 0 && r.err.rfind("bwrap: execvp", 0) != 0;
+  return {bwrap_failed ? "bwrap" : "python", why};
 }
 
 }  // namespace grpo_sandbox

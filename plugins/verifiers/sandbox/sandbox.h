@@ -9,7 +9,8 @@
 //
 // Two uses: run() starts a one-shot program and collects its output under a wall-clock limit
 // and an output cap (code_exec); start() hands back a running program with its pipes for a
-// caller that talks to it (python_reward's persistent workers). A Sandbox built without a
+// caller that talks to it (python_reward's persistent workers, the python tool's
+// interpreters), which reads them through LineReader, under bounds. A Sandbox built without a
 // bwrap path starts the interpreter directly (python_reward's `sandbox: false`), in a process
 // group of its own that kill() takes down whole.
 #pragma once
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "plugins/verifiers/sandbox/cgroup.h"
+#include "plugins/verifiers/sandbox/line_reader.h"
 
 namespace grpo_sandbox {
 
@@ -121,10 +123,6 @@ struct RunResult {
   bool exited_cleanly() const { return started && exit_code == 0 && !timed_out && !output_limit && !memory_limit; }
 };
 
-// Appends what a non-blocking pipe (a SandboxProcess's stdout/stderr) holds now to `buf`.
-// False at end of file (the program closed it or exited), true when all there is was read.
-bool read_available(int fd, std::string* buf);
-
 // Blocks SIGPIPE in the calling thread while it lives, so that writing to a program that
 // exited fails with EPIPE instead of killing the host; a SIGPIPE raised meanwhile is
 // discarded on destruction.
@@ -174,8 +172,16 @@ class Sandbox {
   bool sandboxed() const { return !bwrap_.empty(); }
   const std::string& python() const { return python_; }
 
-  // Runs a trivial program; returns "" when the sandbox works here, else why not.
-  std::string self_test() const;
+  // Why programs cannot run here, and which option it is about: "python" (the interpreter is
+  // missing, or is not one that runs in the sandbox) or "bwrap" (the sandbox itself).
+  struct SelfTest {
+    std::string option;
+    std::string why;  // "" when the sandbox works
+    // The configuration error to report under `option`.
+    std::string message() const;
+  };
+  // Runs a trivial program and says what stopped it.
+  SelfTest self_test() const;
 
   unsigned slots() const { return slots_; }
   const CgroupSupport& cgroup() const { return cgroup_; }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -30,10 +31,21 @@ struct VerifierResult {
 // reward functions return arbitrary floats); NaN and infinities are still failures.
 enum class ScoreRange : std::uint32_t { kUnit = 0, kUnbounded = 1 };
 
+// Thrown by verify() when the verifier's own time limit stopped the call (a verifier that
+// queues its calls and times its work out itself, as python_reward does per row): the host
+// scores the sample 0 and counts it under reward/verifier_timeouts, not as an error, with
+// what() as the reason. A host that predates it counts it as an error (it is a
+// std::runtime_error).
+class VerifierTimeout : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Thread safety: verify() is const and must be reentrant: the trainer calls it concurrently
 // from a thread pool on one instance. Keep per-call state on the stack.
-// Errors: verify() may throw; the host then scores the sample 0, counts the failure and
-// records the message in the details. It never takes the run down.
+// Errors: verify() may throw; the host then scores the sample 0, counts the failure (a
+// VerifierTimeout: the time-out) and records the message in the details. It never takes the
+// run down.
 class Verifier {
  public:
   virtual ~Verifier() = default;

@@ -28,6 +28,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/config/yaml_loader.h"
 #include "tests/support/processes.h"
 #include "grpo/sdk/config_value.h"
 #include "grpo/sdk/tool.h"
@@ -227,6 +228,26 @@ TEST(PythonTool, OptionsAreValidatedAndABrokenSandboxIsAConfigError) {
   }
 }
 
+// A missing interpreter is the `python` option's fault, reported at its file:line, not the
+// sandbox's (`bwrap`).
+TEST(PythonTool, AMissingPythonIsReportedUnderItsOwnKey) {
+  REQUIRE_SANDBOX();
+  const grpo::sdk::ConfigValue config =
+      grpo::core::parse_yaml("tools:\n  - name: python\n    python: /nonexistent/python3\n", "tools.yaml");
+  const grpo::sdk::ConfigValue& node = config.find("tools")->items().at(0);
+  try {
+    grpo::testing::build_plugin_registry().create<Tool>("python", &node, "tools[0]",
+                                                        grpo::core::PluginRegistry::tool_host_keys());
+    ADD_FAILURE() << "a missing interpreter must be an error";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("tools.yaml:3:", 0), 0u) << what;
+    EXPECT_NE(what.find("tools[0].python: no executable Python interpreter at /nonexistent/python3"), std::string::npos)
+        << what;
+    EXPECT_EQ(what.find("bwrap"), std::string::npos) << what;
+  }
+}
+
 // ---- stateful: one interpreter per trajectory ---------------------------------------------
 
 TEST(PythonToolStateful, VariablesPersistWithinATrajectoryOnly) {
@@ -330,6 +351,31 @@ TEST(PythonToolStateful, ACrashLosesTheStateAndTheNextCallSaysSo) {
   tool.end_trajectory(t);
 }
 
+// A cell that writes into the interpreter's protocol channel (a local of the driver's) is
+// stopped once one line passes the longest answer there can be: the host holds no more than
+// that, the state is lost, and the next call gets a fresh interpreter.
+TEST(PythonToolStateful, AFloodOfTheProtocolChannelLosesTheInterpreterNotTheHost) {
+  REQUIRE_SANDBOX();
+  const Tool& tool = stateful();
+  const std::string t = unique("flood");
+  const ToolObservation obs =
+      run(tool,
+          "import inspect, os\n"
+          "fd = next(f.frame.f_locals['proto'] for f in inspect.stack() if 'proto' in f.frame.f_locals)\n"
+          "for _ in range(200):\n"
+          "    os.write(fd, b'y' * (1 << 20))\n",
+          t, 20.0);
+  EXPECT_TRUE(obs.is_error);
+  // max_output_chars 1000: an answer is at most 2 x 6 x 1000 + 4096 bytes.
+  EXPECT_NE(obs.text.find("[The Python interpreter wrote more than 16096 bytes on one line of its protocol channel; "
+                          "its variables are lost]"),
+            std::string::npos)
+      << obs.text.substr(0, 300);
+  EXPECT_EQ(details(obs)["interpreter"], "lost");
+  expect_still_works(tool, t);
+  tool.end_trajectory(t);
+}
+
 TEST(PythonToolStateful, EndTrajectoryKillsTheInterpreterAndWhatItStarted) {
   REQUIRE_SANDBOX();
   const Tool& tool = stateful();
@@ -357,6 +403,32 @@ TEST(PythonToolStateful, TheLeastRecentlyUsedInterpreterIsEvictedPastTheCap) {
   EXPECT_NE(b.text.find("make room for another trajectory's (max_interpreters: 2)"), std::string::npos) << b.text;
   EXPECT_NE(b.text.find("False\n"), std::string::npos) << b.text;
   for (const char* t : {"A", "B", "C"}) tool->end_trajectory(t);
+}
+
+// An evicted interpreter's stderr (a partial line, the tail kept for start-up errors) goes with
+// it: a failed start of the trajectory's next interpreter reports its own stderr only. bubblewrap
+// wrapped in a script writes that stderr: noise at a start, or, once a flag file exists, a failure.
+TEST(PythonToolStateful, AnEvictedInterpretersStderrDoesNotReachTheNextOne) {
+  REQUIRE_SANDBOX();
+  const fs::path dir = fs::temp_directory_path() / unique("grpo_python_tool_bwrap");
+  fs::create_directories(dir);
+  const fs::path wrapper = dir / "bwrap", flag = dir / "fail";
+  std::ofstream(wrapper) << "#!/bin/sh\nif [ -e '" << flag.string() << "' ]; then echo 'start failed' >&2; exit 3; fi\n"
+                         << "printf 'old line\\nold partial' >&2\nexec /usr/bin/bwrap \"$@\"\n";
+  // Run as the sandbox's own user, not this one.
+  fs::permissions(wrapper, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                               fs::perms::others_read | fs::perms::others_exec);
+  const std::shared_ptr<Tool> tool =
+      make({{"stateful", "true"}, {"max_interpreters", "1"}, {"bwrap", wrapper.string()}});
+  ASSERT_FALSE(run(*tool, "a = 1", "A").is_error);
+  ASSERT_FALSE(run(*tool, "b = 2", "B").is_error);  // evicts A's interpreter
+  std::ofstream(flag) << "";
+  const ToolObservation a = run(*tool, "print(a)", "A");
+  EXPECT_TRUE(a.is_error);
+  EXPECT_NE(a.text.find("the interpreter exited while starting: start failed"), std::string::npos) << a.text;
+  EXPECT_EQ(a.text.find("old"), std::string::npos) << a.text;
+  for (const char* t : {"A", "B"}) tool->end_trajectory(t);
+  fs::remove_all(dir);
 }
 
 TEST(PythonToolStateful, ManyTrajectoriesAtOnceKeepTheirOwnState) {

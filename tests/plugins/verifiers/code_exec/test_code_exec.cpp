@@ -23,6 +23,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/config/yaml_loader.h"
+#include "tests/support/build_plugins.h"
 #include "tests/support/processes.h"
 #include "code_exec_test_util.h"
 #include "grpo/sdk/config_value.h"
@@ -147,6 +149,25 @@ TEST(CodeExecVerifier, OptionsAreValidatedAndABrokenSandboxIsAConfigError) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("bwrap"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("sandbox does not work"), std::string::npos) << e.what();
+  }
+}
+
+// A missing interpreter is the `python` option's fault, reported at its file:line, not the
+// sandbox's (`bwrap`).
+TEST(CodeExecVerifier, AMissingPythonIsReportedUnderItsOwnKey) {
+  const grpo::sdk::ConfigValue config =
+      grpo::core::parse_yaml("verifiers:\n  - name: code\n    python: /nonexistent/python3\n", "run.yaml");
+  const grpo::sdk::ConfigValue& node = config.find("verifiers")->items().at(0);
+  try {
+    grpo::testing::build_plugin_registry().create_verifier("code", &node, "verifiers[0]");
+    ADD_FAILURE() << "a missing interpreter must be an error";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("run.yaml:3:", 0), 0u) << what;
+    EXPECT_NE(what.find("verifiers[0].python: no executable Python interpreter at /nonexistent/python3"),
+              std::string::npos)
+        << what;
+    EXPECT_EQ(what.find("bwrap"), std::string::npos) << what;
   }
 }
 

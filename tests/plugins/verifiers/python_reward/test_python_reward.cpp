@@ -224,7 +224,8 @@ TEST_P(PythonRewardParity, ScoresEqualDirectCallsOnTheSameRows) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, PythonRewardParity,
                          ::testing::Values("plain_match_and_length", "plain_word_overlap", "verl_compute_score",
-                                           "verl_compute_score_dict", "trl_graded_or_skipped", "trl_strict_aligned"));
+                                           "verl_compute_score_dict", "trl_graded_or_skipped", "trl_strict_aligned",
+                                           "trl_mixed_columns"));
 
 TEST(PythonReward, VerlDictKeysBesidesScoreAreTheDetails) {
   const json cases = json::parse(read_file(kFixtures + "/cases.json"))["cases"];
@@ -305,7 +306,7 @@ TEST(PythonReward, FaultsScoreZeroWithAReasonAndThePoolRecovers) {
     EXPECT_TRUE(marker_process_appears(marker)) << "the workers run";
     auto row = [](const std::string& completion) { return make_row(completion, "gt", "", json{{"difficulty", 1}}); };
     const std::vector<std::string> completions = {"ok one", "raise now", "ok two", "hang", "ok three", "exit",
-                                                  "print me", "string", "nan", "inf", "none", "big", "ok four"};
+                                                  "print me", "string", "nan", "inf", "-inf", "none", "big", "ok four"};
     std::vector<json> rows;
     for (const auto& c : completions) rows.push_back(row(c));
     const auto verdicts = score_rows(rows, {slot});
@@ -327,9 +328,13 @@ TEST(PythonReward, FaultsScoreZeroWithAReasonAndThePoolRecovers) {
     failed_with("hang", "timed out after 1.5 s");
     failed_with("exit", "exited with status 3");
     failed_with("string", "returned str '0.5'");
-    failed_with("nan", "not a finite number");
-    failed_with("inf", "not a finite number");
+    // Non-finite scores are named as returned (not all as nan), and fail as errors.
+    failed_with("nan", "returned score nan, not a finite number");
+    failed_with("inf", "returned score inf, not a finite number");
+    failed_with("-inf", "returned score -inf, not a finite number");
     failed_with("none", "returned NoneType");
+    // The worker's time-out is a time-out (reward/verifier_timeouts), every other fault an error.
+    for (const auto& [completion, verdict] : by) EXPECT_EQ(verdict.timed_out, completion == "hang") << completion;
     // What the function prints goes to the run log, not into the protocol: the row scores.
     EXPECT_FALSE(by["print me"].failed) << by["print me"].details;
     EXPECT_EQ(by["print me"].score, 0.25);
@@ -384,6 +389,121 @@ TEST(PythonReward, TrlBatchThatRaisesIsSplitToFindTheRowsAtFault) {
   EXPECT_EQ(v[2][0].score, 1.5);
   EXPECT_EQ(v[3][0].score, -0.5);
   EXPECT_FALSE(v[0][0].failed || v[2][0].failed || v[3][0].failed);
+  fs::remove_all(fs::path(file).parent_path());
+}
+
+// A worker's time-out counts under reward/verifier_timeouts, as the pool's own time-outs do;
+// what the function raised counts under reward/verifier_errors.
+TEST(PythonReward, WorkerTimeOutsAreCountedAsTimeOutsNotErrors) {
+  const VerifierSlot slot = make_slot(entry({{"path", scalar(kFixtures + "/faults.py")}, {"function", scalar("faulty")},
+                                             {"timeout_s", scalar("1")}, {"workers", scalar("1")}}));
+  std::vector<Group> groups;
+  std::vector<std::string> prompts;
+  for (const std::string c : {"hang", "raise now", "abc"}) {
+    groups.push_back(group_of(make_row(c)));
+    prompts.push_back("p");
+  }
+  RewardOptions options;
+  options.verification_reward = 1.0;
+  VerifierPool pool(2, 60.0);
+  const grpo::core::ScoringStats stats = pool.score(groups, prompts, {slot}, options);
+  EXPECT_EQ(stats.timeouts, 1u);
+  EXPECT_EQ(stats.failures, 1u);
+  std::map<std::string, double> metrics;
+  for (const auto& [name, value] : grpo::core::reward_metrics(groups)) metrics[name] = value;
+  EXPECT_EQ(metrics["reward/verifier_timeouts"], 1.0);
+  EXPECT_EQ(metrics["reward/verifier_errors"], 1.0);
+  const grpo::core::VerifierVerdict& hang = groups[0].samples[0].verdicts.at(0);
+  EXPECT_TRUE(hang.failed && hang.timed_out);
+  EXPECT_THAT(hang.details, HasSubstr("timed out after 1 s (timeout_s, per row)"));
+  EXPECT_EQ(groups[2].samples[0].verdicts.at(0).score, 0.3);
+}
+
+// Where an error of a TRL call happened is the user's file:line, never a line of the driver:
+// the line that raised, or, for what the driver found wrong with the call (a list of the wrong
+// length, arguments the function does not take), the function's definition.
+TEST(PythonReward, TrlErrorsNameTheUsersFileAndLine) {
+  const std::string file = reward_file("trlwhere", "r.py",
+                                       "def f(prompts, completions, **kw):\n"
+                                       "    if completions[0] == 'raise':\n"
+                                       "        raise ValueError('bad batch')\n"
+                                       "    return [1.0] * (len(completions) + 1)\n"
+                                       "\n"
+                                       "def g(prompts, completions):\n"
+                                       "    return [1.0 for c in completions]\n");
+  const VerifierSlot f = make_slot(entry({{"path", scalar(file)}, {"function", scalar("f")},
+                                          {"signature", scalar("trl")}, {"workers", scalar("1")}}));
+  const auto raised = score_rows({make_row("raise")}, {f})[0][0];
+  ASSERT_TRUE(raised.failed);
+  EXPECT_THAT(raised.details, HasSubstr("ValueError: bad batch (r.py:3)"));
+  const auto wrong_length = score_rows({make_row("abc")}, {f})[0][0];
+  ASSERT_TRUE(wrong_length.failed);
+  EXPECT_THAT(wrong_length.details, HasSubstr("returns a list of 1 scores"));
+  EXPECT_THAT(wrong_length.details, HasSubstr("(r.py:1)"));
+  EXPECT_THAT(wrong_length.details, ::testing::Not(HasSubstr("<string>")));
+  // Keywords the function does not take (ground_truth, a column): a TypeError at the call,
+  // placed at g's definition.
+  const VerifierSlot g = make_slot(entry({{"path", scalar(file)}, {"function", scalar("g")},
+                                          {"signature", scalar("trl")}, {"workers", scalar("1")}}));
+  const auto v = score_rows({make_row("a", 1, "", json{{"difficulty", 2}})}, {g})[0][0];
+  ASSERT_TRUE(v.failed);
+  EXPECT_THAT(v.details, HasSubstr("unexpected keyword argument"));
+  EXPECT_THAT(v.details, HasSubstr("(r.py:6)"));
+  EXPECT_THAT(v.details, ::testing::Not(HasSubstr("<string>")));
+  fs::remove_all(fs::path(file).parent_path());
+}
+
+// What a function writes is read under bounds (the sandbox's LineReader): 200 MB into the
+// protocol channel fail their row with the reason and the worker is replaced, after at most
+// kMaxAnswerBytes were held; output without end on fd 1 (the run log) leaves the host's reader
+// to its deadline: the row times out; a 200 MB log line is cut and its row scores.
+TEST(PythonReward, FloodsAreCutWhileReadAndThePoolRecovers) {
+  const std::string file = reward_file("flood", "r.py",
+                                       "import inspect, os\n"
+                                       "MB = b'y' * (1 << 20)\n"
+                                       "def f(completion, ground_truth, **columns):\n"
+                                       "    if completion == 'log':\n"
+                                       "        for _ in range(200):\n"
+                                       "            os.write(1, MB)\n"
+                                       "        return 1.0\n"
+                                       "    if completion == 'log forever':\n"
+                                       "        while True:\n"
+                                       "            os.write(1, MB)\n"
+                                       "    if completion == 'protocol':\n"
+                                       "        fd = next(f.frame.f_locals['out_fd'] for f in inspect.stack()\n"
+                                       "                  if 'out_fd' in f.frame.f_locals)\n"
+                                       "        for _ in range(200):\n"
+                                       "            os.write(fd, MB)\n"
+                                       "    return 0.5\n");
+  const VerifierSlot slot = make_slot(entry({{"path", scalar(file)}, {"function", scalar("f")},
+                                             {"timeout_s", scalar("3")}, {"workers", scalar("1")}}));
+  const auto protocol = score_rows({make_row("protocol")}, {slot})[0][0];
+  EXPECT_TRUE(protocol.failed);
+  EXPECT_FALSE(protocol.timed_out);
+  EXPECT_THAT(protocol.details, HasSubstr("the Python worker wrote more than 1048576 bytes without a line break into "
+                                          "its protocol channel"));
+  const auto forever = score_rows({make_row("log forever")}, {slot})[0][0];
+  EXPECT_TRUE(forever.timed_out) << forever.details;
+  EXPECT_THAT(forever.details, HasSubstr("timed out after 3 s"));
+  const auto after = score_rows({make_row("log"), make_row("ok")}, {slot});
+  EXPECT_FALSE(after[0][0].failed) << after[0][0].details;
+  EXPECT_EQ(after[0][0].score, 1.0);
+  EXPECT_FALSE(after[1][0].failed) << after[1][0].details;
+  EXPECT_EQ(after[1][0].score, 0.5);
+  fs::remove_all(fs::path(file).parent_path());
+}
+
+// A verl dict's details too large for one answer are replaced by a note, and the row scores.
+TEST(PythonReward, DetailsTooLargeForOneAnswerAreDroppedWithANote) {
+  const std::string file = reward_file("details", "r.py",
+                                       "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                       "    return {'score': 0.75, 'blob': 'x' * (3 << 20)}\n");
+  const VerifierSlot slot = make_slot(entry({{"path", scalar(file)}, {"signature", scalar("verl")}}));
+  const auto v = score_rows({make_row("c")}, {slot})[0][0];
+  EXPECT_FALSE(v.failed) << v.details.substr(0, 300);
+  EXPECT_EQ(v.score, 0.75);
+  EXPECT_THAT(v.details, HasSubstr("details_dropped"));
+  EXPECT_LT(v.details.size(), 1000u);
   fs::remove_all(fs::path(file).parent_path());
 }
 
