@@ -8,6 +8,7 @@
 #include "core/config/config_access.h"
 #include "core/model/checkpoint.h"
 #include "core/model/families/family.h"
+#include "core/model/safetensors_torch.h"
 #include "grpo/sdk/config_view.h"
 
 namespace grpo::core {
@@ -52,6 +53,14 @@ ModelConfig check_reward_model_config(const RewardModelSettings& settings, const
     fail(settings.path + "/config.json: num_labels is " + std::to_string(config.num_labels) +
          " (id2label); a reward model has one label, its score");
   return config;
+}
+
+void check_reward_model_weights_finite(const RewardModelSettings& settings, const sdk::ConfigValue* node) {
+  try {
+    check_checkpoint_finite(settings.path);
+  } catch (const std::exception& e) {
+    fail_at_key(node, "reward_model.path", e.what());
+  }
 }
 
 RewardModel::RewardModel(const RewardModelSettings& settings, torch::Dtype dtype, torch::Device device,

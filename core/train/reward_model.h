@@ -46,6 +46,11 @@ RewardModelSettings reward_model_settings(const sdk::ConfigValue& root);
 // sdk::ConfigError at reward_model.path (`node`, may be null) naming the file and the problem.
 ModelConfig check_reward_model_config(const RewardModelSettings& settings, const sdk::ConfigValue* node);
 
+// A NaN or an infinity in reward_model.path's weights, found before anything loads (the raw scan
+// model.path gets: check_checkpoint_finite); a ConfigError naming reward_model.path, the file and
+// the tensor. --validate and training run it (check_training_job).
+void check_reward_model_weights_finite(const RewardModelSettings& settings, const sdk::ConfigValue* node);
+
 class RewardModel {
  public:
   // Loads the checkpoint at settings.path (config.json must name a *ForSequenceClassification

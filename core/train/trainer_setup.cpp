@@ -90,8 +90,11 @@ CheckedTrainingJob check_training_job(const sdk::ConfigValue& config, PluginRegi
   job.settings = training_job_settings(config);  // every setting the job reads, once
   job.policy = policy_spec(config);
   job.files = check_policy_files(job.policy);  // errors name model.path, before the backend loads it
-  if (job.settings.reward_model.enabled())
-    check_reward_model_config(job.settings.reward_model, find_config_node(config, {"reward_model", "path"}));
+  if (job.settings.reward_model.enabled()) {
+    const sdk::ConfigValue* reward_model_node = find_config_node(config, {"reward_model", "path"});
+    check_reward_model_config(job.settings.reward_model, reward_model_node);
+    check_reward_model_weights_finite(job.settings.reward_model, reward_model_node);
+  }
   if (job.policy.lora.enabled() && job.settings.trainer.ref_update_freq > 0)
     fail_at_config_key(config, {"train", "ref_update_freq"},
                        "Polyak updates of the reference are not available with LoRA (model.lora): the reference is the "

@@ -17,6 +17,7 @@
 #include "tests/support/error_of.h"
 #include "tests/support/metrics_jsonl.h"
 #include "tests/support/test_dir.h"
+#include "tests/support/file_damage.h"
 #include "tests/train/digit_task_runs.h"
 
 using namespace grpo::core;
@@ -190,4 +191,27 @@ TEST(RewardModelTraining, ACausalLmIsNotARewardModel) {
                      "(here: Qwen2ForSequenceClassification)"),
             std::string::npos)
       << out;
+}
+
+// NaN weights in reward_model.path fail --validate, and training before anything loads, with one
+// message naming the key, the file and the tensor.
+TEST(RewardModelTraining, NonFiniteWeightsFailValidateAndTrainingNamingFileAndTensor) {
+  const std::string dir = fresh_test_dir("reward-model");
+  const std::string rm = make_reward_model(dir + "/rm", 11);
+  grpo::testing::fill_tensor_with_nan(rm + "/model.safetensors", "score.weight");
+  const std::string args = "--config " + grpo::testing::write_config(dir, dir + "/run") + " --set reward_model.path=" + rm;
+  int code = 0;
+  const std::string validate = grpo::testing::run_grpo("--validate " + args, &code);
+  EXPECT_EQ(code, 3) << validate;
+  const std::string train = grpo::testing::run_grpo(args, &code);
+  EXPECT_EQ(code, 3) << train;
+  auto error_line = [](const std::string& out) {
+    const auto at = out.find("[error] ");
+    return at == std::string::npos ? out : out.substr(at, out.find('\n', at) - at);
+  };
+  const std::string line = error_line(validate);
+  EXPECT_NE(line.find("reward_model.path: "), std::string::npos) << validate;
+  EXPECT_NE(line.find(rm + "/model.safetensors"), std::string::npos) << line;
+  EXPECT_NE(line.find("'score.weight'"), std::string::npos) << line;
+  EXPECT_EQ(error_line(train), line);
 }
