@@ -433,18 +433,21 @@ void LoraAdapters::check_peft_config(const std::string& dir) const {
   const std::string config_path = (fs::path(dir) / kAdapterConfigFile).string();
   const LoraSettings& a = config.settings;
   if (a.r != settings_.r)
-    throw std::runtime_error(config_path + ": r is " + std::to_string(a.r) + " but these adapters have r = " + std::to_string(settings_.r));
-  if (std::abs(a.scaling() - settings_.scaling()) > 1e-12 * std::max(1.0, std::abs(settings_.scaling())))
-    throw std::runtime_error(config_path + ": lora_alpha " + std::to_string(a.lora_alpha) + (a.use_rslora ? " with use_rslora" : "") +
-                             " differs from these adapters' " + std::to_string(settings_.lora_alpha) +
-                             (settings_.use_rslora ? " with use_rslora" : ""));
+    throw PeftConfigMismatch("r", std::to_string(a.r), std::to_string(settings_.r),
+                             config_path + ": r is " + std::to_string(a.r) + " but these adapters have r = " + std::to_string(settings_.r));
+  if (std::abs(a.scaling() - settings_.scaling()) > 1e-12 * std::max(1.0, std::abs(settings_.scaling()))) {
+    const std::string theirs = std::to_string(a.lora_alpha) + (a.use_rslora ? " with use_rslora" : "");
+    const std::string ours = std::to_string(settings_.lora_alpha) + (settings_.use_rslora ? " with use_rslora" : "");
+    throw PeftConfigMismatch("lora_alpha", theirs, ours, config_path + ": lora_alpha " + theirs + " differs from these adapters' " + ours);
+  }
   const std::vector<LoraTarget> targets = select_lora_targets(model_->config(), a);
   std::vector<std::string> mine, theirs;
   for (const auto& t : targets_) mine.push_back(t.module);
   for (const auto& t : targets) theirs.push_back(t.module);
   if (mine != theirs)
-    throw std::runtime_error(config_path + ": target_modules " + join(a.target_modules, ", ") + " differ from these adapters' " +
-                             join(target_module_names(), ", "));
+    throw PeftConfigMismatch("target_modules", join(a.target_modules, ", "), join(target_module_names(), ", "),
+                             config_path + ": target_modules " + join(a.target_modules, ", ") + " differ from these adapters' " +
+                                 join(target_module_names(), ", "));
 }
 
 void LoraAdapters::load_peft_folder(const std::string& dir) {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,23 @@ struct LoraAdapter {
   torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& base, bool training) const;
 };
 
+// An adapter_config.json that describes other adapters than the ones at hand: `key` is the
+// adapter_config.json key that differs ("r", "lora_alpha" for the scale, lora_alpha with
+// use_rslora, or "target_modules"), `theirs` / `ours` its two values as text. A resume names the
+// configuration key from it (model.lora.<key>).
+class PeftConfigMismatch : public std::runtime_error {
+ public:
+  PeftConfigMismatch(const char* key, std::string theirs, std::string ours, const std::string& what)
+      : std::runtime_error(what), key_(key), theirs_(std::move(theirs)), ours_(std::move(ours)) {}
+  const char* key() const { return key_; }
+  const std::string& theirs() const { return theirs_; }
+  const std::string& ours() const { return ours_; }
+
+ private:
+  const char* key_;
+  std::string theirs_, ours_;
+};
+
 // The adapters of one model. Construction attaches them; destruction detaches them (the
 // model is then the base model again, its weights trainable as before).
 // Not copyable: projections point at it.
@@ -150,7 +168,7 @@ class LoraAdapters {
   // The adapter_config.json text for these adapters.
   std::string peft_config_json(const std::string& base_model) const;
   // Checks that DIR's adapter_config.json describes these adapters (rank, scaling, targets):
-  // std::runtime_error naming the file otherwise.
+  // PeftConfigMismatch naming the file otherwise (std::runtime_error when it cannot be read).
   void check_peft_config(const std::string& dir) const;
   // Reads DIR's adapter_model.safetensors into the adapters after check_peft_config.
   void load_peft_folder(const std::string& dir);

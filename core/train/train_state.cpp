@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -177,23 +176,15 @@ void check_checkpoint_matches_config(const fs::path& d, const CheckpointContents
     fail({"model", "lora"}, "holds a whole model, but this run trains LoRA adapters (model.lora): resume it without "
                             "model.lora, or start the adapters from scratch in a new run.output_dir");
   if (!c.lora) return;
-  LoraSettings saved;
   try {
-    saved = read_peft_adapter_config(d.string()).settings;
-  } catch (const std::exception& e) {
+    c.lora->check_peft_config(d.string());  // rank, scaling and targets as this run's
+  } catch (const PeftConfigMismatch& e) {
+    if (std::string(e.key()) == "r")
+      fail({"model", "lora", "r"}, "holds adapters of rank " + e.theirs() + " (adapter_config.json); this run has model.lora.r " +
+                                       e.ours() + ": resume with the rank the run was started with");
+    fail({"model", "lora", e.key()}, std::string("was written by adapters this run's model.lora does not make: ") + e.what());
+  } catch (const std::exception& e) {  // adapter_config.json that does not parse: damage
     throw CheckpointError(d.string() + ": " + e.what());
-  }
-  const LoraSettings& mine = c.lora->settings();
-  if (saved.r != mine.r)
-    fail({"model", "lora", "r"}, "holds adapters of rank " + std::to_string(saved.r) + " (adapter_config.json); this run has " +
-                                     "model.lora.r " + std::to_string(mine.r) + ": resume with the rank the run was started with");
-  try {
-    c.lora->check_peft_config(d.string());  // scaling and targets as this run's
-  } catch (const std::exception& e) {
-    const bool scaling = std::abs(saved.scaling() - mine.scaling()) > 1e-12 * std::max(1.0, std::abs(mine.scaling()));
-    fail(scaling ? std::initializer_list<const char*>{"model", "lora", "lora_alpha"}
-                 : std::initializer_list<const char*>{"model", "lora", "target_modules"},
-         std::string("was written by adapters this run's model.lora does not make: ") + e.what());
   }
 }
 

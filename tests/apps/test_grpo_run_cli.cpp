@@ -222,6 +222,16 @@ class GrpoRunJob : public GrpoRunCli {
                           "rollout: {num_unique_prompts: 2, num_samples_per_prompt: 2, max_prompt_tokens: 16, max_new_tokens: 8}\n"
                           "train: {steps: 1, pack_length: 32, num_mini_batches: 1}\n");
   }
+  // `args` fails --validate and training alike: exit 3 and the same error line, holding `message`.
+  void expect_validate_and_training_fail_alike(const std::string& args, const std::string& message) {
+    const Result validate = grpo_run("--validate " + args, dir_);
+    const Result train = grpo_run(args, dir_);
+    const std::string shown = args.substr(0, 200);  // a case may be a 1 MB path
+    EXPECT_EQ(validate.exit_code, 3) << shown << "\n" << validate.output.substr(0, 2000);
+    EXPECT_EQ(train.exit_code, 3) << shown << "\n" << train.output.substr(0, 2000);
+    EXPECT_THAT(error_line(validate.output), HasSubstr(message)) << shown;
+    EXPECT_EQ(error_line(validate.output), error_line(train.output)) << shown;
+  }
 };
 
 TEST_F(GrpoRunJob, ValidateFailsWhereTrainingFailsWithTheSameMessage) {
@@ -238,14 +248,8 @@ TEST_F(GrpoRunJob, ValidateFailsWhereTrainingFailsWithTheSameMessage) {
                         Case{"train.pack_length=16", "train.pack_length: 16 cannot hold one sequence of rollout.max_prompt_tokens + "
                                                      "rollout.max_new_tokens = 16 + 8 = 24 tokens"},
                         Case{"rollout.temperature=-1", "rollout.temperature"},
-                        Case{"checkpoint.save_freq=-3", "checkpoint.save_freq: expected an integer >= 0, got -3"}}) {
-    const Result validate = grpo_run("--validate --config run.yaml --set " + c.set, dir_);
-    const Result train = grpo_run("--config run.yaml --set " + c.set, dir_);
-    EXPECT_EQ(validate.exit_code, 3) << c.set << "\n" << validate.output;
-    EXPECT_EQ(train.exit_code, 3) << c.set << "\n" << train.output;
-    EXPECT_THAT(error_line(validate.output), HasSubstr(c.message)) << c.set;
-    EXPECT_EQ(error_line(validate.output), error_line(train.output)) << c.set;
-  }
+                        Case{"checkpoint.save_freq=-3", "checkpoint.save_freq: expected an integer >= 0, got -3"}})
+    expect_validate_and_training_fail_alike("--config run.yaml --set " + c.set, c.message);
 }
 
 // NaN weights (a diverged run's save) fit every shape check. In the model or in
@@ -271,14 +275,8 @@ TEST_F(GrpoRunJob, NonFiniteWeightsFailValidateAndTrainingNamingFileAndTensor) {
              "its 8192 values are not finite (the first, at [0, 0], is NaN)"},
         Case{"--set model.path=" + fixtures + "/models/qwen2 --set model.lora.adapter_path=nan_adapter",
              "model.lora.adapter_path: safetensors file 'nan_adapter/adapter_model.safetensors': tensor '" + lora_a +
-                 "': 256 of its 256 values are not finite (the first, at [0, 0], is NaN)"}}) {
-    const Result validate = grpo_run("--validate --config run.yaml " + c.sets, dir_);
-    const Result train = grpo_run("--config run.yaml " + c.sets, dir_);
-    EXPECT_EQ(validate.exit_code, 3) << c.sets << "\n" << validate.output;
-    EXPECT_EQ(train.exit_code, 3) << c.sets << "\n" << train.output;
-    EXPECT_THAT(error_line(validate.output), HasSubstr(c.message)) << c.sets;
-    EXPECT_EQ(error_line(validate.output), error_line(train.output)) << c.sets;
-  }
+                 "': 256 of its 256 values are not finite (the first, at [0, 0], is NaN)"}})
+    expect_validate_and_training_fail_alike("--config run.yaml " + c.sets, c.message);
 }
 
 TEST_F(GrpoRunJob, ValidateOfAFragmentNamesWhatTrainingWouldStopAt) {
@@ -314,14 +312,8 @@ TEST_F(GrpoRunJob, ValidateRejectsEveryConfigurationTrainingRejects) {
                         Case{"--config empty.yaml", "model.path: training needs a policy model"},
                         Case{run + "--config long_dir.yaml", "long_dir.yaml:2:15: run.output_dir: 'dddd"},
                         Case{run + "--set run.output_dir=" + std::string(300, 'n'), "has a name of 300 bytes"},
-                        Case{run + "--set run.output_dir=a_file/run", "run.output_dir: 'a_file/run' cannot be a folder: "}}) {
-    const Result validate = grpo_run("--validate " + c.args, dir_);
-    const Result train = grpo_run(c.args, dir_);
-    EXPECT_EQ(validate.exit_code, 3) << c.args.substr(0, 200) << "\n" << validate.output.substr(0, 2000);
-    EXPECT_EQ(train.exit_code, 3) << c.args.substr(0, 200) << "\n" << train.output.substr(0, 2000);
-    EXPECT_THAT(error_line(validate.output), HasSubstr(c.message)) << c.args.substr(0, 200);
-    EXPECT_EQ(error_line(validate.output), error_line(train.output)) << c.args.substr(0, 200);
-  }
+                        Case{run + "--set run.output_dir=a_file/run", "run.output_dir: 'a_file/run' cannot be a folder: "}})
+    expect_validate_and_training_fail_alike(c.args, c.message);
   EXPECT_THAT(error_line(grpo_run("--validate --config run.yaml --config long_dir.yaml", dir_).output),
               HasSubstr("is longer than the system's limit on a path"));
   std::error_code ec;
