@@ -49,6 +49,8 @@ PACKAGES=(
   valgrind
   # faster rebuilds
   ccache
+  # /usr/bin/time -v: peak memory in bench/sandbox/flood_memory.sh
+  time
   # the GPU bundle (scripts/gpu-bundle.sh) points its binaries at the libraries beside them
   patchelf
   # node runs Hugging Face's JavaScript tokenizer and Jinja ports in the parity tests (installed
