@@ -60,7 +60,7 @@ const std::string& exit_codes() {
 
 struct Options {
   std::string model, host = "127.0.0.1", api_key, served_name, dtype = "float32", device = "cpu",
-                     chat_template = "auto", logprobs = "raw", port_file, log_level = "info";
+                     chat_template = "auto", logprobs = "raw", port_file, log_level = "info", attention = "auto";
   int port = 8000, http_threads = 128, max_connections = 1024;
   double header_timeout = 10, keep_alive_timeout = 5;
   std::int64_t max_num_seqs = 32, max_model_len = 0, max_num_batched_tokens = 2048, seed = 0;
@@ -98,6 +98,7 @@ int run(const Options& opt) {
     if (const char* env = std::getenv("GRPO_SERVE_API_KEY")) s.api_key = env;
   s.dtype = opt.dtype;
   s.device = opt.device;
+  s.attention = opt.attention;
   s.chat_template = opt.chat_template;
   s.http_threads = opt.http_threads;
   s.header_timeout_s = opt.header_timeout;
@@ -192,6 +193,7 @@ int grpo_serve_main(int argc, char** argv) {
     ("served-model-name", po::value(&opt.served_name)->value_name("NAME"), "the model name requests use (default: the folder's name)")
     ("dtype", po::value(&opt.dtype)->value_name("T"), "float32 (default) or bfloat16")
     ("device", po::value(&opt.device)->value_name("DEV"), "cpu (default), cuda or cuda:N")
+    ("attention", po::value(&opt.attention)->value_name("B"), "attention kernel: auto (default), eager, sdpa or flash_varlen (docs/gpu.md)")
     ("max-num-seqs", po::value(&opt.max_num_seqs)->value_name("N"), "sequences decoded together (default 32)")
     ("max-model-len", po::value(&opt.max_model_len)->value_name("N"), "prompt + completion tokens (default: the model's, at most 8192)")
     ("max-num-batched-tokens", po::value(&opt.max_num_batched_tokens)->value_name("N"), "prompt tokens per prefill forward (default 2048)")

@@ -497,7 +497,12 @@ Server::Server(ServeSettings settings) : impl_(std::make_unique<Impl>()) {
   } catch (const std::exception&) {
     throw std::invalid_argument("--device: expected cpu, cuda or cuda:N, got '" + cfg.device + "'");
   }
+  const auto attention = core::parse_attention_backend(cfg.attention);
+  if (!attention)
+    throw std::invalid_argument("--attention: expected one of " + std::string(core::attention_backend_choices()) +
+                                ", got '" + cfg.attention + "'");
   core::LoadedModel loaded = core::load_model(cfg.model_dir, s.dtype, s.device);
+  loaded.model->set_attention_backend(*attention);
   s.config = loaded.config;
   std::optional<core::Tokenizer> tokenizer(core::Tokenizer::load(cfg.model_dir));
   auto eos = native::eos_token_ids(loaded, tokenizer);

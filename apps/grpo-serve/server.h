@@ -27,6 +27,7 @@ struct ServeSettings {
   std::string api_key;            // "" = no authentication
   std::string dtype = "float32";  // float32 | bfloat16
   std::string device = "cpu";
+  std::string attention = "auto";  // core/model/attention/backend.h
   std::string chat_template = "auto";
   native::EngineOptions engine;   // max_num_seqs, max_model_len, logprobs mode, seed, ...
   int http_threads = 128;         // requests handled at once (each waits for its answer); idle connections take none

@@ -54,12 +54,14 @@ struct Options {
 LoadedPolicy sft_policy(const PolicySpec& spec, bool random_init) {
   if (!random_init) return load_policy(spec);
   PolicyFiles files = check_policy_files(spec);
+  apply_determinism(spec);
   LoadedPolicy policy;
   policy.tokenizer = std::move(files.tokenizer);
   policy.chat_template = std::move(files.chat_template);
   policy.model.config = files.model_config;
   policy.model.model = CausalLM(files.model_config);
   policy.model.model->to(spec.device, dtype_from_name(spec.dtype, "model.dtype"));
+  policy.model.model->set_attention_backend(spec.attention);
   return policy;
 }
 

@@ -1,7 +1,9 @@
 #include "core/model/precision.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -31,21 +33,39 @@ torch::Dtype compute_dtype(Precision precision) {
   return precision == Precision::kFp32 ? torch::kFloat32 : torch::kBFloat16;
 }
 
+// LibTorch 2.4 renamed autocast's switches to per-device-type ones; the old names still work
+// there but warn on every call (a log flooded at each forward), so each LibTorch gets its own.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool autocast_enabled_on(c10::DeviceType device) { return at::autocast::is_autocast_enabled(device); }
+void set_autocast_enabled_on(c10::DeviceType device, bool on) { at::autocast::set_autocast_enabled(device, on); }
+at::ScalarType autocast_dtype_on(c10::DeviceType device) { return at::autocast::get_autocast_dtype(device); }
+void set_autocast_dtype_on(c10::DeviceType device, at::ScalarType dtype) { at::autocast::set_autocast_dtype(device, dtype); }
+#else
+bool autocast_enabled_on(c10::DeviceType device) {
+  return device == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+void set_autocast_enabled_on(c10::DeviceType device, bool on) {
+  if (device == c10::DeviceType::CUDA) at::autocast::set_enabled(on);
+  else at::autocast::set_cpu_enabled(on);
+}
+at::ScalarType autocast_dtype_on(c10::DeviceType device) {
+  return device == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+}
+void set_autocast_dtype_on(c10::DeviceType device, at::ScalarType dtype) {
+  if (device == c10::DeviceType::CUDA) at::autocast::set_autocast_gpu_dtype(dtype);
+  else at::autocast::set_autocast_cpu_dtype(dtype);
+}
+#endif
+
 ComputePrecisionScope::ComputePrecisionScope(Precision precision, const torch::Device& device) {
   if (precision != Precision::kBf16Mixed) return;
   active_ = true;
   cuda_ = device.is_cuda();
-  if (cuda_) {
-    was_enabled_ = at::autocast::is_enabled();
-    previous_dtype_ = at::autocast::get_autocast_gpu_dtype();
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-    at::autocast::set_enabled(true);
-  } else {
-    was_enabled_ = at::autocast::is_cpu_enabled();
-    previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-    at::autocast::set_cpu_enabled(true);
-  }
+  const auto type = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  was_enabled_ = autocast_enabled_on(type);
+  previous_dtype_ = autocast_dtype_on(type);
+  set_autocast_dtype_on(type, at::kBFloat16);
+  set_autocast_enabled_on(type, true);
   cache_was_enabled_ = at::autocast::is_autocast_cache_enabled();
   at::autocast::set_autocast_cache_enabled(false);
   at::autocast::increment_nesting();
@@ -56,22 +76,18 @@ ComputePrecisionScope::~ComputePrecisionScope() {
   // As Python's autocast does on leaving the outermost region (a no-op with the cache off).
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   at::autocast::set_autocast_cache_enabled(cache_was_enabled_);
-  if (cuda_) {
-    at::autocast::set_enabled(was_enabled_);
-    at::autocast::set_autocast_gpu_dtype(previous_dtype_);
-  } else {
-    at::autocast::set_cpu_enabled(was_enabled_);
-    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
-  }
+  const auto type = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  set_autocast_enabled_on(type, was_enabled_);
+  set_autocast_dtype_on(type, previous_dtype_);
 }
 
 AutocastState AutocastState::current() {
   AutocastState s;
-  s.cpu_enabled = at::autocast::is_cpu_enabled();
-  s.cuda_enabled = at::autocast::is_enabled();
+  s.cpu_enabled = autocast_enabled_on(c10::DeviceType::CPU);
+  s.cuda_enabled = autocast_enabled_on(c10::DeviceType::CUDA);
   s.cache_enabled = at::autocast::is_autocast_cache_enabled();
-  s.cpu_dtype = at::autocast::get_autocast_cpu_dtype();
-  s.cuda_dtype = at::autocast::get_autocast_gpu_dtype();
+  s.cpu_dtype = autocast_dtype_on(c10::DeviceType::CPU);
+  s.cuda_dtype = autocast_dtype_on(c10::DeviceType::CUDA);
   return s;
 }
 
@@ -86,17 +102,24 @@ AutocastStateScope::~AutocastStateScope() {
 }
 
 void AutocastStateScope::apply(const AutocastState& state) {
-  at::autocast::set_cpu_enabled(state.cpu_enabled);
-  at::autocast::set_enabled(state.cuda_enabled);
+  set_autocast_enabled_on(c10::DeviceType::CPU, state.cpu_enabled);
+  set_autocast_enabled_on(c10::DeviceType::CUDA, state.cuda_enabled);
   at::autocast::set_autocast_cache_enabled(state.cache_enabled);
-  at::autocast::set_autocast_cpu_dtype(state.cpu_dtype);
-  at::autocast::set_autocast_gpu_dtype(state.cuda_dtype);
+  set_autocast_dtype_on(c10::DeviceType::CPU, state.cpu_dtype);
+  set_autocast_dtype_on(c10::DeviceType::CUDA, state.cuda_dtype);
 }
 
 torch::Dtype autocast_compute_dtype(const torch::Tensor& t) {
-  if (t.is_cuda() && at::autocast::is_enabled()) return at::autocast::get_autocast_gpu_dtype();
-  if (t.is_cpu() && at::autocast::is_cpu_enabled()) return at::autocast::get_autocast_cpu_dtype();
+  if (t.is_cuda() && autocast_enabled_on(c10::DeviceType::CUDA)) return autocast_dtype_on(c10::DeviceType::CUDA);
+  if (t.is_cpu() && autocast_enabled_on(c10::DeviceType::CPU)) return autocast_dtype_on(c10::DeviceType::CPU);
   return t.scalar_type();
+}
+
+void use_deterministic_algorithms(bool on) {
+  if (on) ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  at::globalContext().setDeterministicAlgorithms(on, /*warn_only=*/false);
+  at::globalContext().setDeterministicCuDNN(on);
+  if (on) at::globalContext().setBenchmarkCuDNN(false);
 }
 
 std::string CpuBf16Support::describe() const {

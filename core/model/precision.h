@@ -72,9 +72,24 @@ class AutocastStateScope {
   static void apply(const AutocastState& state);
 };
 
+// Autocast's per-device switches, through whichever API this LibTorch has (2.4 renamed them and
+// warns on every call of the old names).
+bool autocast_enabled_on(c10::DeviceType device);
+void set_autocast_enabled_on(c10::DeviceType device, bool on);
+at::ScalarType autocast_dtype_on(c10::DeviceType device);
+void set_autocast_dtype_on(c10::DeviceType device, at::ScalarType dtype);
+
 // The dtype autocast computes `t`'s matrix products in when it is on for t's device, else
 // t's own dtype (what a custom autograd function with explicit casts should compute in).
 torch::Dtype autocast_compute_dtype(const torch::Tensor& t);
+
+// run.deterministic: LibTorch's deterministic algorithms (an op without a deterministic
+// implementation is an error, not a silent race), deterministic cuDNN without autotuning, and
+// cuBLAS's fixed workspaces (CUBLAS_WORKSPACE_CONFIG=:4096:8 unless set; it must be set before
+// the first cuBLAS call, so call this before any CUDA computation). Attention then avoids
+// kernels whose backward accumulates with atomics (core/model/attention/attention.h).
+// Process-wide, as LibTorch's settings are.
+void use_deterministic_algorithms(bool on);
 
 // What this CPU offers bfloat16 (from /proc/cpuinfo's flags on Linux).
 struct CpuBf16Support {

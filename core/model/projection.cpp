@@ -1,6 +1,7 @@
 #include "core/model/projection.h"
 
 #include "core/model/lora.h"
+#include "core/model/precision.h"
 
 namespace grpo::core {
 
@@ -29,6 +30,16 @@ ProjectionImpl::ProjectionImpl(const ProjectionSpec& spec)
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = torch::nn::functional::linear(x, weight, bias);
   if (lora_ && lora_->enabled->load(std::memory_order_relaxed)) y = lora_->apply(x, y, is_training());
+  return y;
+}
+
+torch::Tensor ProjectionImpl::forward_float32(const torch::Tensor& x) {
+  AutocastStateScope no_autocast(AutocastState{});  // both autocasts off inside
+  auto x32 = x.to(torch::kFloat32);
+  // .to() of float32 weights is the weight itself (no copy); bf16 ones are widened exactly.
+  torch::Tensor y = torch::nn::functional::linear(x32, weight.to(torch::kFloat32),
+                                                  bias.defined() ? bias.to(torch::kFloat32) : bias);
+  if (lora_ && lora_->enabled->load(std::memory_order_relaxed)) y = lora_->apply(x32, y, is_training());
   return y;
 }
 

@@ -46,6 +46,9 @@ class ProjectionImpl : public torch::nn::LinearImpl {
   // y = x W^T + b, x [..., in_features] -> [..., out_features]; plus the LoRA adapter's
   // update when one is attached and switched on.
   torch::Tensor forward(const torch::Tensor& x);
+  // The same product in float32 whatever the weights' dtype and autocast say (a mixture of
+  // experts' router: core/model/transformer.h); gradients flow to the weights as in forward().
+  torch::Tensor forward_float32(const torch::Tensor& x);
   const ProjectionSpec& spec() const { return spec_; }
 
   // LoraAdapters (core/model/lora.h) attaches and detaches adapters; nullptr detaches.

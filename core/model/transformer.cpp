@@ -19,136 +19,11 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
 }
 
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  // x [B, heads, T, D]; cos/sin [B, 1, T, D] already in x's dtype.
+  // x [B, T, heads, D]; cos/sin [B, T, 1, D] already in the hidden states' dtype.
   return x * cos + rotate_half(x) * sin;
 }
 
-// softmax(q k^T * scaling [soft-capped] + mask) v with grouped-query heads, as transformers' eager path:
-// scores in the model dtype, softmax in float32, cast back.
-//   q [B, H, T, D], k/v [B, Hkv, S, D], allowed [B or 1, 1, T, S] bool (true = may attend).
-torch::Tensor grouped_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                const torch::Tensor& allowed, double scaling, double softcap) {
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-  const int64_t Hkv = k.size(1), S = k.size(2);
-  const int64_t rep = H / Hkv;
-  // The rep query heads of KV head g (heads g*rep .. g*rep+rep-1, as in transformers'
-  // repeat_kv) share its keys and values: fold them into the query rows, so that K and V are
-  // read in place instead of being expanded (copied) rep times per call.
-  auto qg = q.reshape({B, Hkv, rep * T, D});
-  auto scores = (torch::matmul(qg, k.transpose(-1, -2)) * scaling).view({B, Hkv, rep, T, S});
-  if (softcap > 0) scores = torch::tanh(scores / softcap) * softcap;  // Gemma 2, before the mask
-  scores = scores.masked_fill(allowed.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
-  auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type()).view({B, Hkv, rep * T, S});
-  auto out = torch::matmul(probs, v);  // [B, Hkv, rep * T, D]
-  return out.view({B, H, T, D});
-}
-
 }  // namespace
-
-// ---- AttentionLayout ----------------------------------------------------------------------
-
-AttentionLayout AttentionLayout::padded(const torch::Tensor& attention_mask) {
-  if (attention_mask.dim() != 2) throw std::invalid_argument("attention_mask must be [batch, tokens]");
-  AttentionLayout layout;
-  auto mask = attention_mask.to(torch::kLong);
-  // Positions count real tokens only (left padding gets the same positions as no padding).
-  layout.position_ids = (mask.cumsum(1) - 1).clamp_min(0);
-  layout.key_padding_mask = mask.to(torch::kBool);
-  return layout;
-}
-
-AttentionLayout AttentionLayout::packed(const std::vector<int64_t>& lengths) {
-  if (lengths.empty()) throw std::invalid_argument("a packed batch needs at least one sequence");
-  AttentionLayout layout;
-  layout.cu_seqlens.push_back(0);
-  std::vector<int64_t> positions;
-  for (int64_t len : lengths) {
-    if (len <= 0) throw std::invalid_argument("packed sequence lengths must be positive");
-    for (int64_t p = 0; p < len; ++p) positions.push_back(p);
-    layout.cu_seqlens.push_back(layout.cu_seqlens.back() + len);
-  }
-  layout.position_ids = torch::tensor(positions, torch::kLong).unsqueeze(0);
-  return layout;
-}
-
-// ---- KVCache ------------------------------------------------------------------------------
-
-KVCache::KVCache(const ModelConfig& config, int64_t batch_size, int64_t capacity, torch::Dtype dtype,
-                 torch::Device device)
-    : batch_size_(batch_size), capacity_(capacity) {
-  if (batch_size <= 0 || capacity <= 0) throw std::invalid_argument("KVCache: batch size and capacity must be > 0");
-  auto opts = torch::TensorOptions().dtype(dtype).device(device);
-  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    keys_.push_back(torch::zeros({batch_size, config.num_key_value_heads, capacity, config.head_dim}, opts));
-    values_.push_back(torch::zeros({batch_size, config.num_key_value_heads, capacity, config.head_dim}, opts));
-  }
-  key_mask_ = torch::zeros({batch_size, capacity}, torch::TensorOptions().dtype(torch::kBool).device(device));
-  next_position_ = torch::zeros({batch_size}, torch::TensorOptions().dtype(torch::kLong).device(device));
-}
-
-void KVCache::reset() {
-  length_ = 0;
-  key_mask_.zero_();
-  next_position_.zero_();
-}
-
-// ---- SlotKVCache --------------------------------------------------------------------------
-
-SlotKVCache::SlotKVCache(const ModelConfig& config, int64_t num_slots, int64_t capacity, torch::Dtype dtype,
-                         torch::Device device)
-    : capacity_(capacity),
-      lengths_(static_cast<std::size_t>(std::max<int64_t>(num_slots, 0)), 0),
-      written_(lengths_.size(), 0) {
-  if (num_slots <= 0 || capacity <= 0) throw std::invalid_argument("SlotKVCache: slots and capacity must be > 0");
-  auto opts = torch::TensorOptions().dtype(dtype).device(device);
-  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    keys_.push_back(torch::zeros({num_slots, config.num_key_value_heads, capacity, config.head_dim}, opts));
-    values_.push_back(torch::zeros({num_slots, config.num_key_value_heads, capacity, config.head_dim}, opts));
-  }
-}
-
-int64_t SlotKVCache::bytes() const {
-  int64_t total = 0;
-  for (std::size_t l = 0; l < keys_.size(); ++l) total += keys_[l].nbytes() + values_[l].nbytes();
-  return total;
-}
-
-void SlotKVCache::load_prefix(int64_t slot, const KVCache& src, int64_t src_row, int64_t length) {
-  if (slot < 0 || slot >= num_slots()) throw std::out_of_range("SlotKVCache::load_prefix: no slot " + std::to_string(slot));
-  if (src_row < 0 || src_row >= src.batch_size() || length < 0 || length > src.length() || length > capacity_)
-    throw std::out_of_range("SlotKVCache::load_prefix: row " + std::to_string(src_row) + ", " + std::to_string(length) +
-                            " tokens do not fit the source or this cache");
-  if (src.keys_.size() != keys_.size()) throw std::invalid_argument("SlotKVCache::load_prefix: layer counts differ");
-  for (std::size_t l = 0; l < keys_.size(); ++l) {
-    keys_[l][slot].narrow(1, 0, length).copy_(src.keys_[l][src_row].narrow(1, 0, length));
-    values_[l][slot].narrow(1, 0, length).copy_(src.values_[l][src_row].narrow(1, 0, length));
-  }
-  zero_tail(slot, length);
-  lengths_[static_cast<std::size_t>(slot)] = length;
-}
-
-void SlotKVCache::zero_tail(int64_t slot, int64_t from) {
-  int64_t& written = written_[static_cast<std::size_t>(slot)];
-  if (written > from)
-    for (std::size_t l = 0; l < keys_.size(); ++l) {
-      keys_[l][slot].narrow(1, from, written - from).zero_();
-      values_[l][slot].narrow(1, from, written - from).zero_();
-    }
-  written = from;
-}
-
-void SlotKVCache::move_slot(int64_t from, int64_t to) {
-  if (from < 0 || from >= num_slots() || to < 0 || to >= num_slots())
-    throw std::out_of_range("SlotKVCache::move_slot: slot out of range");
-  if (from == to) return;
-  const int64_t length = lengths_[static_cast<std::size_t>(from)];
-  for (std::size_t l = 0; l < keys_.size(); ++l) {
-    keys_[l][to].narrow(1, 0, length).copy_(keys_[l][from].narrow(1, 0, length));
-    values_[l][to].narrow(1, 0, length).copy_(values_[l][from].narrow(1, 0, length));
-  }
-  zero_tail(to, length);
-  lengths_[static_cast<std::size_t>(to)] = length;
-}
 
 // ---- modules ------------------------------------------------------------------------------
 
@@ -167,132 +42,20 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return weight * h.to(x.scalar_type());
 }
 
-namespace {
-
-// theta^(2i/d), i < d/2, computed in float32 as transformers does: every scaling starts from it.
-torch::Tensor theta_powers(double theta, int64_t dim) {
-  auto exponents = torch::arange(0, dim, 2, torch::kLong).to(torch::kFloat32) / static_cast<double>(dim);
-  return torch::pow(torch::scalar_tensor(theta, torch::kFloat32), exponents);
-}
-
-torch::Tensor default_inv_freq(double theta, int64_t dim) { return 1.0 / theta_powers(theta, dim); }
-
-// transformers' _compute_llama3_parameters: long wavelengths are slowed down by `factor`, short
-// ones kept, and the band between interpolated smoothly.
-torch::Tensor llama3_inv_freq(const torch::Tensor& inv_freq, const RopeScaling& s) {
-  const double old_ctx = static_cast<double>(s.original_max_position_embeddings);
-  const double low_freq_wavelen = old_ctx / s.low_freq_factor;
-  const double high_freq_wavelen = old_ctx / s.high_freq_factor;
-  auto wavelen = 2 * M_PI / inv_freq;
-  auto llama = torch::where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq);
-  auto smooth = (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-  auto smoothed = (1 - smooth) * llama / s.factor + smooth * llama;
-  auto medium = (wavelen < high_freq_wavelen).logical_not() & (wavelen > low_freq_wavelen).logical_not();
-  return torch::where(medium, smoothed, llama);
-}
-
-double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
-
-// transformers' _compute_yarn_parameters: frequencies below the correction range interpolated
-// (divided by factor), above it extrapolated (kept), a linear ramp between.
-torch::Tensor yarn_inv_freq(double theta, int64_t dim, const RopeScaling& s) {
-  auto pos_freqs = theta_powers(theta, dim);
-  auto extrapolation = 1.0 / pos_freqs;
-  auto interpolation = 1.0 / (s.factor * pos_freqs);
-  const double original = static_cast<double>(s.original_max_position_embeddings);
-  auto correction_dim = [&](double rotations) {
-    return (static_cast<double>(dim) * std::log(original / (rotations * 2 * M_PI))) / (2 * std::log(theta));
-  };
-  double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
-  if (s.truncate) {
-    low = std::floor(low);
-    high = std::ceil(high);
-  }
-  low = std::max(low, 0.0);
-  high = std::min(high, static_cast<double>(dim - 1));
-  if (low == high) high += 0.001;  // as transformers: no singular ramp
-  auto ramp = ((torch::arange(dim / 2, torch::kLong).to(torch::kFloat32) - low) / (high - low)).clamp(0, 1);
-  auto extrapolation_factor = 1 - ramp;
-  return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
-}
-
-torch::Tensor longrope_inv_freq(double theta, int64_t dim, const std::vector<double>& factors) {
-  auto ext = torch::tensor(factors, torch::kFloat64).to(torch::kFloat32);
-  return 1.0 / (ext * theta_powers(theta, dim));
-}
-
-}  // namespace
-
-RotaryEmbedding::RotaryEmbedding(const ModelConfig& c) : RotaryEmbedding(c, RotaryConfig{c.rope_theta, c.rope_scaling}) {}
-
-RotaryEmbedding::RotaryEmbedding(const ModelConfig& c, const RotaryConfig& rotary)
-    : head_dim_(c.head_dim), max_position_embeddings_(c.max_position_embeddings), theta_(rotary.theta), scaling_(rotary.scaling) {
-  const RopeScaling& s = scaling_;
-  inv_freq_ = default_inv_freq(theta_, head_dim_);
-  switch (s.type) {
-    case RopeType::kDefault:
-    case RopeType::kDynamic:  // the unscaled frequencies until a call outgrows max_position_embeddings
-      break;
-    case RopeType::kLinear:
-      inv_freq_ = inv_freq_ / s.factor;
-      break;
-    case RopeType::kLlama3:
-      inv_freq_ = llama3_inv_freq(inv_freq_, s);
-      break;
-    case RopeType::kYarn:
-      inv_freq_ = yarn_inv_freq(theta_, head_dim_, s);
-      if (s.attention_factor) attention_factor_ = *s.attention_factor;
-      else if (s.mscale > 0 && s.mscale_all_dim > 0)
-        attention_factor_ = yarn_mscale(s.factor, s.mscale) / yarn_mscale(s.factor, s.mscale_all_dim);
-      else attention_factor_ = yarn_mscale(s.factor, 1.0);
-      break;
-    case RopeType::kLongrope:
-      inv_freq_ = longrope_inv_freq(theta_, head_dim_, s.short_factor);
-      long_inv_freq_ = longrope_inv_freq(theta_, head_dim_, s.long_factor);
-      if (s.attention_factor) attention_factor_ = *s.attention_factor;
-      else if (s.factor <= 1.0) attention_factor_ = 1.0;
-      else attention_factor_ = std::sqrt(1 + std::log(s.factor) / std::log(static_cast<double>(s.original_max_position_embeddings)));
-      break;
-  }
-}
-
-torch::Tensor RotaryEmbedding::inv_freq(int64_t seq_len) const {
-  if (scaling_.type == RopeType::kLongrope && seq_len > scaling_.original_max_position_embeddings) return long_inv_freq_;
-  if (scaling_.type == RopeType::kDynamic && seq_len > max_position_embeddings_) {
-    // transformers' _compute_dynamic_ntk_parameters: the base grows with the call's length.
-    const double d = static_cast<double>(head_dim_);
-    const double base = theta_ * std::pow(scaling_.factor * static_cast<double>(seq_len) / static_cast<double>(max_position_embeddings_) -
-                                              (scaling_.factor - 1),
-                                          d / (d - 2));
-    return default_inv_freq(base, head_dim_);
-  }
-  return inv_freq_;
-}
-
-std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::cos_sin(const torch::Tensor& position_ids) const {
-  const bool length_dependent = scaling_.type == RopeType::kDynamic || scaling_.type == RopeType::kLongrope;
-  const int64_t seq_len = length_dependent && position_ids.numel() > 0 ? position_ids.max().item<int64_t>() + 1 : 0;
-  auto inv = inv_freq(seq_len).to(position_ids.device());
-  auto freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv;  // [B, T, D/2]
-  auto emb = torch::cat({freqs, freqs}, -1);
-  if (attention_factor_ == 1.0) return {emb.cos(), emb.sin()};
-  return {emb.cos() * attention_factor_, emb.sin() * attention_factor_};
-}
-
 AttentionImpl::AttentionImpl(const ModelConfig& c, int64_t layer_index)
-    : layer_index_(layer_index),
-      num_heads_(c.num_attention_heads),
-      num_kv_heads_(c.num_key_value_heads),
-      head_dim_(c.head_dim),
-      scaling_(c.attention_scale > 0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim))),
-      softcap_(c.attn_logit_softcapping),
-      window_(c.is_sliding(layer_index) ? c.sliding_window : 0),
-      local_rotary_(c.local_rope.has_value() && c.is_sliding(layer_index)),
-      qk_norm_kind_(c.qk_norm) {
+    : local_rotary_(c.local_rope.has_value() && c.is_sliding(layer_index)), qk_norm_kind_(c.qk_norm) {
+  spec_.layer = layer_index;
+  spec_.num_heads = c.num_attention_heads;
+  spec_.num_kv_heads = c.num_key_value_heads;
+  spec_.head_dim = c.head_dim;
+  spec_.scaling = c.attention_scale > 0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  spec_.softcap = c.attn_logit_softcapping;
+  spec_.window = c.is_sliding(layer_index) ? c.sliding_window : 0;
   auto projection = [&](ProjectionRole role, int64_t in, int64_t out, bool bias) {
     return register_module(projection_name(role), make_projection({role, layer_index, in, out, bias}));
   };
-  const int64_t q_out = num_heads_ * head_dim_, kv_out = num_kv_heads_ * head_dim_;
+  const int64_t head_dim_ = spec_.head_dim;
+  const int64_t q_out = spec_.num_heads * head_dim_, kv_out = spec_.num_kv_heads * head_dim_;
   if (c.fused_qkv) {
     qkv_proj = projection(ProjectionRole::kQkv, c.hidden_size, q_out + 2 * kv_out, c.qkv_bias);
   } else {
@@ -310,10 +73,10 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, int64_t layer_index)
   }
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables& rotary, const AttentionLayout& layout,
-                                     KVCache* cache, const SlotStep* slots) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables& rotary, const AttentionContext& context) {
   const int64_t B = x.size(0), T = x.size(1);
-  const int64_t q_out = num_heads_ * head_dim_, kv_out = num_kv_heads_ * head_dim_;
+  const int64_t H = spec_.num_heads, Hkv = spec_.num_kv_heads, D = spec_.head_dim;
+  const int64_t q_out = H * D, kv_out = Hkv * D;
   torch::Tensor q, k, v;
   if (qkv_proj) {  // Phi-3: [q; k; v] along the output features
     auto qkv = qkv_proj(x);
@@ -329,71 +92,21 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
     q = q_norm(q);
     k = k_norm(k);
   }
-  q = q.reshape({B, T, num_heads_, head_dim_});
-  k = k.reshape({B, T, num_kv_heads_, head_dim_});
-  v = v.reshape({B, T, num_kv_heads_, head_dim_}).transpose(1, 2);
+  q = q.reshape({B, T, H, D});
+  k = k.reshape({B, T, Hkv, D});
+  v = v.reshape({B, T, Hkv, D});
   if (qk_norm_kind_ == QkNorm::kPerHead) {  // Qwen3, Gemma 3: per head, before rotary
     q = q_norm(q);
     k = k_norm(k);
   }
-  q = q.transpose(1, 2);
-  k = k.transpose(1, 2);
   const torch::Tensor& cos = local_rotary_ ? rotary.local_cos : rotary.cos;
   const torch::Tensor& sin = local_rotary_ ? rotary.local_sin : rotary.sin;
-  auto c = cos.unsqueeze(1).to(x.scalar_type());
-  auto s = sin.unsqueeze(1).to(x.scalar_type());
+  auto c = cos.unsqueeze(2).to(x.scalar_type());
+  auto s = sin.unsqueeze(2).to(x.scalar_type());
   q = apply_rotary(q, c, s);
   k = apply_rotary(k, c, s);
-
-  torch::Tensor out;
-  if (slots) {
-    // T new tokens per row, written from the row's own length on; each attends to the row's
-    // cached tokens, the new ones before it and itself (keys past its length belong to nobody, or to an earlier
-    // sequence of the slot).
-    const int64_t R = slots->rows, S = slots->keys;
-    auto steps = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
-    auto index = (slots->past.view({R, 1}) + steps.view({1, T})).view({R, 1, T, 1}).expand({R, num_kv_heads_, T, head_dim_});
-    auto layer_keys = slots->cache->keys_[layer_index_].narrow(0, slots->first, R);
-    auto layer_values = slots->cache->values_[layer_index_].narrow(0, slots->first, R);
-    layer_keys.scatter_(2, index, k);
-    layer_values.scatter_(2, index, v);
-    out = grouped_attention(q, layer_keys.narrow(2, 0, S), layer_values.narrow(2, 0, S),
-                            window_ > 0 ? slots->allowed_sliding : slots->allowed, scaling_, softcap_);
-  } else if (layout.is_packed()) {
-    // Each sequence attends causally within itself only (and within the window).
-    std::vector<torch::Tensor> parts;
-    parts.reserve(layout.cu_seqlens.size() - 1);
-    for (std::size_t i = 0; i + 1 < layout.cu_seqlens.size(); ++i) {
-      const int64_t start = layout.cu_seqlens[i], len = layout.cu_seqlens[i + 1] - start;
-      auto causal = torch::ones({len, len}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).tril();
-      if (window_ > 0) causal = causal.triu(-(window_ - 1));  // key j > query i - window
-      parts.push_back(grouped_attention(q.narrow(2, start, len), k.narrow(2, start, len), v.narrow(2, start, len),
-                                        causal.view({1, 1, len, len}), scaling_, softcap_));
-    }
-    out = parts.size() == 1 ? parts[0] : torch::cat(parts, 2);
-  } else {
-    int64_t past = 0;
-    torch::Tensor keys = k, values = v;
-    if (cache) {
-      past = cache->length_;
-      cache->keys_[layer_index_].narrow(2, past, T).copy_(k);
-      cache->values_[layer_index_].narrow(2, past, T).copy_(v);
-      keys = cache->keys_[layer_index_].narrow(2, 0, past + T);
-      values = cache->values_[layer_index_].narrow(2, 0, past + T);
-    }
-    const int64_t S = past + T;
-    auto opts = torch::TensorOptions().dtype(torch::kLong).device(x.device());
-    auto qpos = torch::arange(past, past + T, opts).view({T, 1});
-    auto kpos = torch::arange(0, S, opts).view({1, S});
-    // Causal and real keys only; a query always sees itself so that padding rows stay finite.
-    // The window counts cache indices, as transformers' masks do: padding is contiguous at
-    // one end of a row, so between real tokens it equals the distance in positions.
-    auto visible = kpos <= qpos;
-    if (window_ > 0) visible = visible & (kpos > qpos - window_);
-    auto allowed = (visible.unsqueeze(0) & layout.key_padding_mask.view({B, 1, S})) | (kpos == qpos).unsqueeze(0);
-    out = grouped_attention(q, keys, values, allowed.unsqueeze(1), scaling_, softcap_);
-  }
-  return o_proj(out.transpose(1, 2).reshape({B, T, num_heads_ * head_dim_}));
+  auto out = attend(q, k, v, spec_, context);  // [B, T, H, D]
+  return o_proj(out.reshape({B, T, q_out}));
 }
 
 MLPImpl::MLPImpl(const ModelConfig& c, int64_t layer_index, int64_t intermediate_size) : act_(c.hidden_act) {
@@ -439,24 +152,35 @@ SparseMoeBlockImpl::SparseMoeBlockImpl(const ModelConfig& c, int64_t layer_index
 torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x) {
   const auto shape = x.sizes().vec();
   auto flat = x.reshape({-1, x.size(-1)});  // [N, H]
-  auto router_logits = gate(flat);           // [N, E]
+  // The router in float32 whatever the compute dtype (Megatron's moe_router_dtype=fp32): bf16
+  // logits keep 8 significant bits, so experts whose scores differ by less than ~0.4% tie or
+  // swap places, and a bf16 pass sends those tokens to other experts than a float32 one — or
+  // than the same pass under another GPU kernel: a whole expert's output of difference.
+  auto router_logits = gate->forward_float32(flat);  // [N, E] float32
   if (record_router_logits) last_router_logits = router_logits;
   auto probs = torch::softmax(router_logits, -1, torch::kFloat32);
   auto [weights, chosen] = torch::topk(probs, top_k_, -1);  // [N, k], largest first
   if (norm_topk_prob_) weights = weights / weights.sum(-1, /*keepdim=*/true);
   weights = weights.to(x.scalar_type());
-  auto out = torch::zeros_like(flat);
-  // Tokens are grouped by expert (one matmul per expert on its tokens), as transformers loops.
-  const torch::Tensor counts = torch::bincount(chosen.flatten(), {}, experts->size()).cpu();
+  // The (token, choice) pairs sorted by expert (stable: each expert's tokens in order), so that
+  // each expert runs once on a contiguous slice: no per-expert search for its tokens (a mask, a
+  // nonzero and its host sync each), one gather before and one scatter-add after. The scatter
+  // adds each token's experts in ascending expert order, as a loop over the experts would.
+  const torch::Tensor order = std::get<1>(torch::sort(chosen.flatten(), c10::optional<bool>(true), 0));  // [N * k], stable
+  const torch::Tensor token_of = order.div(top_k_, "floor");                                 // its token
+  const torch::Tensor routed = flat.index_select(0, token_of);                               // [N * k, H]
+  // Counted on the host, where the slices are cut (and CUDA's bincount has no deterministic kernel).
+  const torch::Tensor counts = torch::bincount(chosen.flatten().cpu(), {}, experts->size());
   const auto* count = counts.data_ptr<int64_t>();
+  std::vector<torch::Tensor> outputs;
+  int64_t offset = 0;
   for (int64_t e = 0; e < static_cast<int64_t>(experts->size()); ++e) {
     if (count[e] == 0) continue;
-    auto hit = chosen == e;                                    // [N, k]: at most one true per row
-    auto tokens = hit.any(-1).nonzero().squeeze(-1);           // [n_e]
-    auto w = (weights * hit.to(weights.scalar_type())).sum(-1).index_select(0, tokens);  // [n_e]
-    auto y = experts[e]->as<MLP>()->forward(flat.index_select(0, tokens)) * w.unsqueeze(-1);
-    out.index_add_(0, tokens, y);  // in place: nothing else has saved `out` for backward
+    outputs.push_back(experts[e]->as<MLP>()->forward(routed.narrow(0, offset, count[e])));
+    offset += count[e];
   }
+  const torch::Tensor y = torch::cat(outputs) * weights.flatten().index_select(0, order).unsqueeze(-1);
+  auto out = torch::zeros_like(flat).index_add_(0, token_of, y);  // in place: nothing else saved `out`
   if (shared_expert) out = out + torch::sigmoid(shared_expert_gate(flat)) * shared_expert(flat);
   return out.view(shape);
 }
@@ -497,19 +221,18 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer_index) : 
   if (placement_ != NormPlacement::kPreNorm) post_feedforward_layernorm = norm("post_feedforward_layernorm");
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rotary, const AttentionLayout& layout,
-                                        KVCache* cache, const SlotStep* slots) {
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rotary, const AttentionContext& context) {
   switch (placement_) {
     case NormPlacement::kPreNorm: {
-      auto h = x + self_attn(input_layernorm(x), rotary, layout, cache, slots);
+      auto h = x + self_attn(input_layernorm(x), rotary, context);
       return h + feed_forward(post_attention_layernorm(h));
     }
     case NormPlacement::kSandwich: {
-      auto h = x + post_attention_layernorm(self_attn(input_layernorm(x), rotary, layout, cache, slots));
+      auto h = x + post_attention_layernorm(self_attn(input_layernorm(x), rotary, context));
       return h + post_feedforward_layernorm(feed_forward(pre_feedforward_layernorm(h)));
     }
     case NormPlacement::kPostNorm: {
-      auto h = x + post_attention_layernorm(self_attn(x, rotary, layout, cache, slots));
+      auto h = x + post_attention_layernorm(self_attn(x, rotary, context));
       return h + post_feedforward_layernorm(feed_forward(h));
     }
   }
@@ -643,6 +366,10 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
                                   " needing " + std::to_string(past + T));
   }
   const RotaryTables rotary = rotary_tables(layout.position_ids);
+  AttentionContext context;
+  context.layout = layout;
+  context.cache = cache;
+  context.backend = attention_backend_;
   const std::shared_ptr<LayerParameterResidency> residency = residency_;  // the backward nodes keep it
   if (residency) residency->acquire(-1);
   auto h = embed(input_ids);
@@ -655,12 +382,12 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
       h = call_in_backward(h, [residency, i] { residency->release(i); });  // after the layer's backward
     }
     if (!checkpoint) {
-      h = layer->as<DecoderLayer>()->forward(h, rotary, layout, cache);
+      h = layer->as<DecoderLayer>()->forward(h, rotary, context);
     } else {
       // Backward runs the layer again, after this function has returned: the lambda owns what it uses.
       auto decoder_layer = std::dynamic_pointer_cast<DecoderLayerImpl>(layer);
-      h = checkpointed([decoder_layer, rotary, layout](const torch::Tensor& x) {
-        return decoder_layer->forward(x, rotary, layout, nullptr);
+      h = checkpointed([decoder_layer, rotary, context](const torch::Tensor& x) {
+        return decoder_layer->forward(x, rotary, context);
       }, h, lora_dropout_generators(*decoder_layer));
     }
     if (residency) {
@@ -668,12 +395,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
       residency->release(i);
     }
   }
-  if (cache) {
-    auto new_mask = layout.key_padding_mask.narrow(1, cache->length_, T);
-    cache->key_mask_.narrow(1, cache->length_, T).copy_(new_mask);
-    cache->next_position_ += new_mask.sum(1);
-    cache->length_ += T;
-  }
+  if (cache) cache->advance(layout.key_padding_mask.narrow(1, cache->length(), T));
   return model->norm(h);
 }
 
@@ -705,7 +427,8 @@ torch::Tensor CausalLMImpl::forward_slots(const torch::Tensor& input_ids, SlotKV
   if (torch::GradMode::is_enabled())
     throw std::invalid_argument("decoding against a SlotKVCache needs torch::NoGradGuard: the cache is written in place");
   const int64_t R = input_ids.size(0), T = input_ids.size(1);
-  std::vector<int64_t> past(cache.lengths_.begin() + first, cache.lengths_.begin() + first + R);
+  std::vector<int64_t> past;
+  for (int64_t r = first; r < first + R; ++r) past.push_back(cache.length(r));
   int64_t max_past = 0;
   for (int64_t p : past) {
     if (p + T > cache.capacity())
@@ -730,19 +453,18 @@ torch::Tensor CausalLMImpl::forward_slots(const torch::Tensor& input_ids, SlotKV
     step.allowed_sliding = step.allowed & (kpos.view({1, 1, step.keys}) > (qpos - config_.sliding_window).view({R, T, 1}))
                                               .view({R, 1, T, step.keys});
   const RotaryTables rotary = rotary_tables(layout.position_ids);
+  AttentionContext context;
+  context.layout = std::move(layout);
+  context.slots = &step;
+  context.backend = attention_backend_;
   auto h = embed(input_ids);
-  for (const auto& layer : *model->layers)
-    h = layer->as<DecoderLayer>()->forward(h, rotary, layout, nullptr, &step);
-  for (int64_t r = first; r < first + R; ++r) {
-    const int64_t length = cache.lengths_[static_cast<std::size_t>(r)] += T;
-    int64_t& written = cache.written_[static_cast<std::size_t>(r)];
-    written = std::max(written, length);
-  }
+  for (const auto& layer : *model->layers) h = layer->as<DecoderLayer>()->forward(h, rotary, context);
+  cache.advance(first, R, T);
   return model->norm(h);
 }
 
 AttentionLayout CausalLMImpl::decode_layout(const KVCache& cache, int64_t new_tokens, const torch::Tensor& new_mask) const {
-  auto device = cache.key_mask_.device();
+  auto device = cache.next_positions().device();
   auto mask = new_mask.defined() ? new_mask.to(device).to(torch::kBool)
                                  : torch::ones({cache.batch_size(), new_tokens}, torch::TensorOptions().dtype(torch::kBool).device(device));
   if (mask.dim() != 2 || mask.size(0) != cache.batch_size() || mask.size(1) != new_tokens)

@@ -3,16 +3,9 @@
 // named_parameters()). Which features a family uses (norm placement, activation, fused
 // projections, sliding windows, experts, soft-capping, RoPE scaling) is read from ModelConfig,
 // whose fields the family files of core/model/families/ set; docs/models.md has the table.
-// Long because the blocks, the caches they write and the model share one set of contracts.
-//
-// One forward serves three batch layouts (AttentionLayout):
-//   padded   [B, T] with an attention mask (left or right padding; positions count only
-//            real tokens, as transformers' generate does),
-//   packed   one row holding several sequences back to back: positions restart and
-//            attention stays inside each sequence (cost sum(L_i^2), not N^2),
-//   decoding incremental steps against a KVCache (one shared length, padded rows), or
-//            against a SlotKVCache (one sequence per row, each with its own length: the
-//            rollout engine's continuous batching).
+// One forward serves three batch layouts (core/model/attention/layout.h): padded, packed and
+// decoding against a KVCache or SlotKVCache. Attention itself (cache writes, masks, kernels)
+// is the seam of core/model/attention/attention.h.
 //
 // Thread-safety: a CausalLM is a torch::nn::Module; concurrent forwards on one instance are
 // safe only under torch::NoGradGuard with no KVCache shared between threads.
@@ -23,114 +16,13 @@
 #include <optional>
 #include <vector>
 
+#include "core/model/attention/attention.h"
 #include "core/model/logprobs.h"
 #include "core/model/model_config.h"
 #include "core/model/projection.h"
+#include "core/model/rotary.h"
 
 namespace grpo::core {
-
-// Who attends to whom, and at which positions.
-struct AttentionLayout {
-  torch::Tensor position_ids;      // [B, T] int64: rotary positions of the input tokens
-  torch::Tensor key_padding_mask;  // padded/decoding: [B, S] bool, S = cached + T keys; true = real token
-  std::vector<int64_t> cu_seqlens;  // packed: B == 1 and sequence i is tokens [cu[i], cu[i+1])
-
-  bool is_packed() const { return !cu_seqlens.empty(); }
-
-  // A padded batch: attention_mask [B, T] (1 = token, 0 = padding, any side).
-  static AttentionLayout padded(const torch::Tensor& attention_mask);
-  // A packed row of sequences with these lengths (sum = the row's length).
-  static AttentionLayout packed(const std::vector<int64_t>& lengths);
-};
-
-// Per-layer key/value storage for incremental decoding (inference only: forward() with a
-// cache requires torch::NoGradGuard). Keys are stored after rotary.
-// The mask of real tokens grows with the cache: forward() appends the new tokens' entries.
-class KVCache {
- public:
-  KVCache(const ModelConfig& config, int64_t batch_size, int64_t capacity, torch::Dtype dtype,
-          torch::Device device = torch::kCPU);
-
-  int64_t length() const { return length_; }
-  int64_t capacity() const { return capacity_; }
-  int64_t batch_size() const { return batch_size_; }
-  // [B, length] bool: which cached positions hold real tokens.
-  torch::Tensor key_mask() const { return key_mask_.narrow(1, 0, length_); }
-  // Rotary position the next token of each row gets: [B] int64.
-  torch::Tensor next_positions() const { return next_position_; }
-
-  // Drops everything (reuse the buffers for a new batch of the same size).
-  void reset();
-
- private:
-  friend class CausalLMImpl;
-  friend class AttentionImpl;
-  friend class SlotKVCache;
-  int64_t batch_size_;
-  int64_t capacity_;
-  int64_t length_ = 0;
-  std::vector<torch::Tensor> keys_;    // per layer [B, Hkv, capacity, D]
-  std::vector<torch::Tensor> values_;  // per layer [B, Hkv, capacity, D]
-  torch::Tensor key_mask_;             // [B, capacity] bool
-  torch::Tensor next_position_;        // [B] int64
-};
-
-// The rollout engine's cache: one sequence per row ("slot"), each with its own length, so
-// sequences join and leave the decode batch independently (continuous batching). Decoding
-// runs on rows [0, rows) (CausalLMImpl::decode_slots); the engine keeps its live sequences
-// at the front with move_slot(). Inference only, like KVCache.
-class SlotKVCache {
- public:
-  SlotKVCache(const ModelConfig& config, int64_t num_slots, int64_t capacity, torch::Dtype dtype,
-              torch::Device device = torch::kCPU);
-
-  int64_t num_slots() const { return static_cast<int64_t>(lengths_.size()); }
-  int64_t capacity() const { return capacity_; }
-  // Tokens cached in `slot` (= the rotary position its next token gets).
-  int64_t length(int64_t slot) const { return lengths_.at(static_cast<std::size_t>(slot)); }
-  // Bytes held by the key/value buffers.
-  int64_t bytes() const;
-
-  // Copies the first `length` cached tokens of row `src_row` of `src` (a prefill's cache,
-  // whose rows hold real tokens from position 0) into `slot`, replacing its contents.
-  void load_prefix(int64_t slot, const KVCache& src, int64_t src_row, int64_t length);
-  // Copies slot `from` (its `length(from)` tokens) over slot `to`; `from` keeps its data.
-  void move_slot(int64_t from, int64_t to);
-  void clear(int64_t slot) { lengths_.at(static_cast<std::size_t>(slot)) = 0; }
-
- private:
-  friend class CausalLMImpl;
-  friend class AttentionImpl;
-  int64_t capacity_;
-  std::vector<torch::Tensor> keys_;    // per layer [slots, Hkv, capacity, D]
-  std::vector<torch::Tensor> values_;  // per layer [slots, Hkv, capacity, D]
-  std::vector<int64_t> lengths_;       // per slot
-  // Per slot: positions [0, written) may hold data of earlier sequences. A decode step reads
-  // values past a row's length (weighted 0), and 0 * NaN is NaN, so a new sequence zeroes what
-  // an earlier one left there: one bad step cannot poison later sequences.
-  std::vector<int64_t> written_;
-
-  void zero_tail(int64_t slot, int64_t from);
-};
-
-// One step of slots [first, first + rows) of a SlotKVCache, T new tokens per row (built by
-// CausalLMImpl::decode_slots and extend_slots).
-struct SlotStep {
-  SlotKVCache* cache = nullptr;
-  int64_t first = 0;
-  int64_t rows = 0;
-  torch::Tensor past;  // [rows] int64 on the model's device: each row's cached length
-  int64_t keys = 0;    // max(past) + T: keys the step attends over
-  torch::Tensor allowed;  // [rows, 1, T, keys] bool: key position <= the query token's position
-  torch::Tensor allowed_sliding;  // the same inside the sliding window (models with sliding layers)
-};
-
-// cos/sin of one pass's positions, [B, T, head_dim] float32: the model's rotary and, for Gemma 3's
-// sliding layers, the local one.
-struct RotaryTables {
-  torch::Tensor cos, sin;
-  torch::Tensor local_cos, local_sin;  // undefined unless the config has a local_rope
-};
 
 // transformers' RMSNorm: normalize in float32, then apply the weight as `kind` says (model_config.h).
 class RMSNormImpl : public torch::nn::Module {
@@ -146,48 +38,19 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
-// Rotary embedding tables (not parameters: transformers does not save inv_freq either), with
-// every RoPE scaling of transformers' modeling_rope_utils. Dynamic NTK and longrope depend on the
-// length of the call, as transformers' dynamic_rope_update makes them: a call whose largest
-// position p has p + 1 > max_position_embeddings (dynamic) or > original_max_position_embeddings
-// (longrope) uses the extended frequencies, for all its tokens. Yarn and longrope scale cos/sin
-// by their attention factor.
-class RotaryEmbedding {
- public:
-  explicit RotaryEmbedding(const ModelConfig& config);  // the model's rotary
-  RotaryEmbedding(const ModelConfig& config, const RotaryConfig& rotary);  // another (Gemma 3's local one)
-  // cos, sin: [B, T, head_dim] in float32 for position_ids [B, T].
-  std::pair<torch::Tensor, torch::Tensor> cos_sin(const torch::Tensor& position_ids) const;
-  // The inverse frequencies a call of `seq_len` tokens uses (0: the call-independent ones).
-  torch::Tensor inv_freq(int64_t seq_len = 0) const;
-  double attention_factor() const { return attention_factor_; }
-
- private:
-  int64_t head_dim_;
-  int64_t max_position_embeddings_;
-  double theta_;
-  RopeScaling scaling_;
-  torch::Tensor inv_freq_;       // [head_dim / 2] float32: short calls (or all, for the static scalings)
-  torch::Tensor long_inv_freq_;  // longrope: calls past original_max_position_embeddings
-  double attention_factor_ = 1.0;
-};
-
+// The projections, q/k norms and rotary of a layer's attention; attend() does the rest.
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& config, int64_t layer_index);
-  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rotary, const AttentionLayout& layout,
-                        KVCache* cache, const SlotStep* slots = nullptr);
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rotary, const AttentionContext& context);
+  const AttentionSpec& spec() const { return spec_; }
 
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   Projection qkv_proj{nullptr};              // fused_qkv instead of q/k/v
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // qk_norm
 
  private:
-  int64_t layer_index_;
-  int64_t num_heads_, num_kv_heads_, head_dim_;
-  double scaling_;
-  double softcap_;
-  int64_t window_;        // sliding window of this layer; 0 = full attention
+  AttentionSpec spec_;
   bool local_rotary_;     // uses RotaryTables' local tables
   QkNorm qk_norm_kind_;
 };
@@ -207,8 +70,9 @@ class MLPImpl : public torch::nn::Module {
 };
 TORCH_MODULE(MLP);
 
-// A sparse mixture-of-experts block (transformers' Qwen2MoeSparseMoeBlock): the router's softmax
-// over all experts in float32, the top num_experts_per_tok kept (renormalized when
+// A sparse mixture-of-experts block (transformers' Qwen2MoeSparseMoeBlock): the router's logits
+// and softmax over all experts in float32 (transformers computes the logits in the model's dtype;
+// in bf16 that flips near-tied routing, see forward()), the top num_experts_per_tok kept (renormalized when
 // norm_topk_prob) and cast to the hidden dtype, each token's experts' outputs summed with those
 // weights; plus, when configured, a shared expert scaled by sigmoid(shared_expert_gate(x)).
 // Each expert runs once per pass on the tokens routed to it.
@@ -241,8 +105,7 @@ torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logit
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, int64_t layer_index);
-  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rotary, const AttentionLayout& layout,
-                        KVCache* cache, const SlotStep* slots = nullptr);
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rotary, const AttentionContext& context);
   Attention self_attn{nullptr};
   MLP mlp{nullptr};             // dense layers
   SparseMoeBlock moe{nullptr};  // MoE layers (registered as "mlp", as transformers names it)
@@ -342,6 +205,10 @@ class CausalLMImpl : public torch::nn::Module {
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
 
+  // Which attention kernels the passes use (core/model/attention/backend.h); auto by default.
+  void set_attention_backend(AttentionBackend backend) { attention_backend_ = backend; }
+  AttentionBackend attention_backend() const { return attention_backend_; }
+
   // Where the parameters live between uses (above); null (the default): always in place.
   void set_parameter_residency(std::shared_ptr<LayerParameterResidency> residency) { residency_ = std::move(residency); }
 
@@ -361,6 +228,7 @@ class CausalLMImpl : public torch::nn::Module {
   RotaryEmbedding rotary_;
   std::optional<RotaryEmbedding> local_rotary_;
   bool gradient_checkpointing_ = false;
+  AttentionBackend attention_backend_ = AttentionBackend::kAuto;
   std::shared_ptr<LayerParameterResidency> residency_;
 };
 TORCH_MODULE(CausalLM);

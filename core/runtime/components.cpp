@@ -87,6 +87,7 @@ void fill_rollout_backend_defaults(sdk::ConfigValue& root) {
     backend->set("dtype", sdk::ConfigValue::make_scalar("bfloat16", precision->location()), precision->location());
   fill("dtype", find_config_node(root, {"model", "dtype"}));
   fill("device", find_config_node(root, {"model", "device"}));
+  fill("attention", find_config_node(root, {"model", "attention"}));
   if (!backend->find("logprobs"))
     backend->set("logprobs", sdk::ConfigValue::make_scalar("scaled", model_path->location()), model_path->location());
 }

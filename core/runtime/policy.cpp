@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 
@@ -211,6 +212,12 @@ PolicySpec policy_spec(const sdk::ConfigValue& root) {
   const sdk::ConfigView tokenizer(find_config_node(root, {"tokenizer"}), "tokenizer");
   spec.model_path = model.get_string("path", "");
   spec.dtype = model.get_string("dtype", "float32");
+  const std::string attention = model.get_string("attention", "auto");
+  const auto backend = parse_attention_backend(attention);
+  if (!backend)
+    fail_at_key(find_config_node(root, {"model", "attention"}), "model.attention",
+                std::string("expected one of ") + attention_backend_choices() + ", got \"" + attention + "\"");
+  spec.attention = *backend;
   spec.device = policy_device(root);
   spec.precision = training_precision(root);
   if (spec.precision != Precision::kFp32 && spec.device.is_cpu() && !cpu_bf16_support().any())
@@ -226,7 +233,9 @@ PolicySpec policy_spec(const sdk::ConfigValue& root) {
   spec.chat_template = tokenizer.get_string("chat_template", "auto");
   spec.chat_template_node = find_config_node(root, {"tokenizer", "chat_template"});
   spec.lora = lora_settings(root, spec.lora_requested_targets);
-  spec.lora_seed = static_cast<std::uint64_t>(sdk::ConfigView(find_config_node(root, {"run"}), "run").get_int("seed", 1));
+  const sdk::ConfigView run(find_config_node(root, {"run"}), "run");
+  spec.lora_seed = static_cast<std::uint64_t>(run.get_int("seed", 1));
+  spec.deterministic = run.get_bool("deterministic", false);
   spec.lora_node = find_config_node(root, {"model", "lora"});
   return spec;
 }
@@ -333,10 +342,19 @@ PolicyFiles check_policy_files(const PolicySpec& spec, bool scan_weights) {
 
 PolicyFiles check_policy_files(const PolicySpec& spec) { return check_policy_files(spec, /*scan_weights=*/true); }
 
+void apply_determinism(const PolicySpec& spec) {
+  use_deterministic_algorithms(spec.deterministic);
+  if (spec.deterministic)
+    spdlog::info("run.deterministic: deterministic algorithms on (cuDNN deterministic, CUBLAS_WORKSPACE_CONFIG={}, "
+                 "no atomics-based attention backward)",
+                 std::getenv("CUBLAS_WORKSPACE_CONFIG") ? std::getenv("CUBLAS_WORKSPACE_CONFIG") : "");
+}
+
 LoadedPolicy load_policy(const PolicySpec& spec) {
   // No separate scan: the load checks every value it copies (tensor_from_mapping), and reports a
   // bad weight file as the scan would, naming model.path.
   PolicyFiles files = check_policy_files(spec, /*scan_weights=*/false);
+  apply_determinism(spec);
   LoadedPolicy policy;
   policy.tokenizer = std::move(files.tokenizer);
   policy.chat_template = std::move(files.chat_template);
@@ -344,6 +362,7 @@ LoadedPolicy load_policy(const PolicySpec& spec) {
     const torch::Dtype dtype = dtype_from_name(spec.dtype, "model.dtype");
     try {
       policy.model = load_model(spec.model_path, dtype, spec.device);
+      policy.model.model->set_attention_backend(spec.attention);
     } catch (const SafetensorsError& e) {  // a weight file that cannot be read, or a NaN in it
       fail_at_key(spec.model_node, "model.path", e.what());
     } catch (const CheckpointError& e) {  // tensors that do not fit config.json

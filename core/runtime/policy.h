@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/model/attention/backend.h"
 #include "core/model/checkpoint.h"
 #include "core/model/lora.h"
 #include "core/model/precision.h"
@@ -23,6 +24,8 @@ struct PolicySpec {
   torch::Device device = torch::kCPU;      // model.device (data-parallel: see bind_local_cuda_device)
   std::string tokenizer_path;      // resolved: tokenizer.path, else model.path
   std::string chat_template = "auto";  // tokenizer.chat_template
+  AttentionBackend attention = AttentionBackend::kAuto;  // model.attention
+  bool deterministic = false;  // run.deterministic: applied (process-wide) when the policy loads
   const sdk::ConfigValue* model_node = nullptr;      // for error locations
   const sdk::ConfigValue* tokenizer_node = nullptr;  // the node tokenizer_path came from
   const sdk::ConfigValue* chat_template_node = nullptr;
@@ -98,8 +101,13 @@ struct LoadedPolicy {
 // check_policy_files() and then the weights; with model.lora, the adapters (fresh, or read
 // from adapter_path) attached. The weights are not scanned twice: the load checks each value it
 // copies. Weight files that cannot be used (unreadable, NaN, tensors that do not fit
-// config.json) are sdk::ConfigError naming model.path, as adapter_path's are.
+// config.json) are sdk::ConfigError naming model.path, as adapter_path's are. Applies
+// run.deterministic first.
 LoadedPolicy load_policy(const PolicySpec& spec);
+
+// run.deterministic (core/model/precision.h: use_deterministic_algorithms), logged when on;
+// before anything computes.
+void apply_determinism(const PolicySpec& spec);
 
 // Attaches spec.lora's adapters to policy.model (fresh from spec.lora_seed, or loaded from
 // spec.lora.adapter_path); errors are sdk::ConfigError naming the model.lora key.

@@ -1,7 +1,11 @@
 #include "core/train/optimizer.h"
 
+#include <torch/version.h>
+
 #include <cmath>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "core/config/config_access.h"
 #include "core/model/checkpoint.h"
@@ -85,7 +89,7 @@ double lr_factor(const OptimizerSettings& s, std::int64_t step, std::int64_t tot
   return 1.0;
 }
 
-std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const OptimizerSettings& s) {
+std::unique_ptr<AdamW> make_adamw(torch::nn::Module& model, const OptimizerSettings& s) {
   std::vector<torch::Tensor> trainable;
   for (auto& p : model.parameters())
     if (p.requires_grad()) trainable.push_back(p);
@@ -108,8 +112,92 @@ torch::optim::AdamWOptions adamw_options(const OptimizerSettings& s, double weig
   return torch::optim::AdamWOptions(s.learning_rate).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(weight_decay);
 }
 
-std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<torch::Tensor>& parameters, const OptimizerSettings& s) {
-  return std::make_unique<torch::optim::AdamW>(adamw_param_groups(parameters, s), adamw_options(s, s.weight_decay));
+std::unique_ptr<AdamW> make_adamw(const std::vector<torch::Tensor>& parameters, const OptimizerSettings& s) {
+  return std::make_unique<AdamW>(adamw_param_groups(parameters, s), adamw_options(s, s.weight_decay));
+}
+
+bool AdamW::fused_available() {
+#if TORCH_VERSION_MAJOR >= 2
+  return true;
+#else
+  return false;
+#endif
+}
+
+torch::Tensor AdamW::step(LossClosure closure) {
+  bool fused = fused_ && fused_available();
+  // Every group or none: a group the kernel does not take (mixed devices or dtypes, sparse
+  // gradients, the CPU) makes the whole step torch::optim::AdamW's.
+  for (auto& group : param_groups()) fused = fused && fusable(group);
+  if (!fused) return torch::optim::AdamW::step(std::move(closure));
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss = {};
+  if (closure != nullptr) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups()) fused_group_step(group);
+  return loss;
+}
+
+bool AdamW::fusable(const torch::optim::OptimizerParamGroup& group) const {
+  const torch::Tensor* first = nullptr;
+  for (const auto& p : group.params()) {
+    if (!p.grad().defined()) continue;
+    if (p.grad().is_sparse() || (!p.is_cuda() && !fused_on_cpu_) || p.grad().scalar_type() != p.scalar_type() ||
+        (first && (p.device() != first->device() || p.scalar_type() != first->scalar_type())))
+      return false;
+    if (!first) first = &p;
+  }
+  return true;
+}
+
+void AdamW::fused_group_step(torch::optim::OptimizerParamGroup& group) {
+#if TORCH_VERSION_MAJOR >= 2
+  const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
+  std::vector<torch::optim::AdamWParamState*> states;
+  for (auto& p : group.params())
+    if (p.grad().defined()) params.push_back(p);
+  if (params.empty()) return;
+  for (auto& p : params) {
+    auto it = state_.find(p.unsafeGetTensorImpl());
+    if (it == state_.end()) {  // as torch::optim::AdamW::step initializes a parameter's state
+      auto state = std::make_unique<torch::optim::AdamWParamState>();
+      state->step(0);
+      state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      if (options.amsgrad()) state->max_exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      it = state_.emplace(p.unsafeGetTensorImpl(), std::move(state)).first;
+    }
+    auto& state = static_cast<torch::optim::AdamWParamState&>(*it->second);
+    states.push_back(&state);
+    grads.push_back(p.grad());
+    exp_avgs.push_back(state.exp_avg());
+    exp_avg_sqs.push_back(state.exp_avg_sq());
+    if (options.amsgrad()) max_exp_avg_sqs.push_back(state.max_exp_avg_sq());
+  }
+  // The kernel reads each parameter's step count (after this step's increment) from a float32
+  // scalar on the device: one tensor for all, since a group's parameters step together (a
+  // parameter that missed steps, having had no gradient, gets its own count).
+  std::vector<at::Tensor> steps;
+  const auto step_options = torch::TensorOptions().dtype(torch::kFloat32).device(params.front().device());
+  const int64_t first = states.front()->step();
+  bool uniform = true;
+  for (const auto* st : states) uniform = uniform && st->step() == first;
+  if (uniform) {
+    steps = torch::full({static_cast<int64_t>(states.size())}, static_cast<double>(first + 1), step_options).unbind(0);
+  } else {
+    for (const auto* st : states) steps.push_back(torch::full({}, static_cast<double>(st->step() + 1), step_options));
+  }
+  const auto [beta1, beta2] = options.betas();
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, options.lr(), beta1, beta2,
+                    options.weight_decay(), options.eps(), options.amsgrad(), /*maximize=*/false);
+  for (auto* st : states) st->step(st->step() + 1);
+#else
+  (void)group;
+  throw std::logic_error("AdamW: the fused step needs LibTorch 2.x");
+#endif
 }
 
 double clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm) {

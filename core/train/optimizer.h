@@ -41,10 +41,34 @@ OptimizerSettings optimizer_settings(const sdk::ConfigValue& root);
 // The multiplier of the peak rate for optimizer step `step` of `total_steps`.
 double lr_factor(const OptimizerSettings& settings, std::int64_t step, std::int64_t total_steps);
 
+// torch::optim::AdamW whose step, for parameters on CUDA (LibTorch 2.x), is ATen's fused
+// multi-tensor kernel (PyTorch's AdamW(fused=True)): one launch per group and step instead of
+// about ten per parameter. Same state (AdamWParamState: step, exp_avg, exp_avg_sq), so
+// checkpoints and exact resume do not change; the update is the same formula in float32 per
+// element (it may differ from the unfused one by float32 rounding). Elsewhere, and when
+// set_fused(false), torch::optim::AdamW's own step.
+class AdamW : public torch::optim::AdamW {
+ public:
+  using torch::optim::AdamW::AdamW;
+  torch::Tensor step(LossClosure closure = nullptr) override;
+  // Whether step() may use the fused kernel (default: on CUDA). Tests force it on the CPU,
+  // where LibTorch 2.x has the kernel too.
+  void set_fused(bool on) { fused_ = on; }
+  void set_fused_on_cpu(bool on) { fused_on_cpu_ = on; }
+  // This build's LibTorch has the fused kernel (2.x).
+  static bool fused_available();
+
+ private:
+  bool fused_ = true;
+  bool fused_on_cpu_ = false;
+  bool fusable(const torch::optim::OptimizerParamGroup& group) const;
+  void fused_group_step(torch::optim::OptimizerParamGroup& group);
+};
+
 // AdamW over `model`'s parameters that require gradients (two groups: with and without weight
 // decay), or over `parameters` (LoRA adapters: core/model/lora.h).
-std::unique_ptr<torch::optim::AdamW> make_adamw(torch::nn::Module& model, const OptimizerSettings& settings);
-std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<torch::Tensor>& parameters, const OptimizerSettings& settings);
+std::unique_ptr<AdamW> make_adamw(torch::nn::Module& model, const OptimizerSettings& settings);
+std::unique_ptr<AdamW> make_adamw(const std::vector<torch::Tensor>& parameters, const OptimizerSettings& settings);
 // make_adamw's parts: its options (with this weight decay), whether a parameter decays, and its
 // parameter groups (decaying first, then the rest when there is any), for optimizers that
 // follow it (core/dist/sharding.h).

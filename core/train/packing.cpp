@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/model/host_copy.h"
 #include "core/model/logprobs.h"
 #include "core/model/transformer.h"
 
@@ -107,9 +108,9 @@ ResponseLogProbs scatter_response(CausalLM& model, const torch::Tensor& flat_hid
   torch::Tensor logprobs = torch::zeros({rows * width}, f32);
   torch::Tensor entropy = options.with_entropy ? torch::zeros({rows * width}, f32) : torch::Tensor();
   if (!index.source.empty()) {
-    const torch::Tensor source = torch::tensor(index.source, i64);
-    const torch::Tensor dest = torch::tensor(index.dest, i64);
-    const torch::Tensor targets = torch::tensor(index.targets, i64);
+    const torch::Tensor source = to_device(index.source, i64.device());
+    const torch::Tensor dest = to_device(index.dest, i64.device());
+    const torch::Tensor targets = to_device(index.targets, i64.device());
     const TokenLogProbs t = token_logprobs(flat_hidden.index_select(0, source), weight, targets, model->logprob_options(options));
     // Out-of-place index_copy: differentiable w.r.t. the copied values; padding stays 0.
     logprobs = logprobs.index_copy(0, dest, t.logprobs);
@@ -147,8 +148,8 @@ ResponseLogProbs packed_response_logprobs(CausalLM& model, const std::vector<Seq
   if (!lengths.empty()) {
     const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(model->lm_head_weight().device());
     AttentionLayout layout = AttentionLayout::packed(lengths);  // built on the host by core/model
-    layout.position_ids = layout.position_ids.to(i64.device());
-    const torch::Tensor input = torch::tensor(ids, i64).view({1, offset});
+    layout.position_ids = to_device(layout.position_ids, i64.device());
+    const torch::Tensor input = to_device(ids, i64.device()).view({1, offset});
     const torch::Tensor hidden = model->hidden_states(input, layout);  // [1, N, H]
     flat_hidden = hidden.view({offset, hidden.size(-1)});
   }
@@ -186,8 +187,8 @@ ResponseLogProbs padded_response_logprobs(CausalLM& model, const std::vector<Seq
   torch::Tensor flat_hidden;
   if (rows > 0) {
     const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(model->lm_head_weight().device());
-    const torch::Tensor attention_mask = torch::tensor(mask, i64).view({rows, max_len});
-    const torch::Tensor input = torch::tensor(ids, i64).view({rows, max_len});
+    const torch::Tensor attention_mask = to_device(mask, i64.device()).view({rows, max_len});
+    const torch::Tensor input = to_device(ids, i64.device()).view({rows, max_len});
     const torch::Tensor hidden = model->hidden_states(input, AttentionLayout::padded(attention_mask));  // [rows, T, H]
     flat_hidden = hidden.reshape({rows * max_len, hidden.size(-1)});
   }

@@ -10,8 +10,10 @@
 #include "core/dist/gradient_reducer.h"
 #include "core/dist/process_group.h"
 #include "core/dist/sharding.h"
+#include "core/model/host_copy.h"
 #include "core/model/logprobs.h"
 #include "core/train/metric_sums.h"
+#include "core/train/pending_metrics.h"
 #include "core/train/optimizer.h"
 #include "core/train/packing.h"
 #include "grpo/sdk/torch/masked.h"
@@ -126,11 +128,8 @@ torch::Tensor rows_tensor(const std::vector<const std::vector<float>*>& rows, st
   float* data = t.data_ptr<float>();
   for (std::size_t k = 0; k < rows.size(); ++k)
     if (rows[k]) std::copy(rows[k]->begin(), rows[k]->end(), data + static_cast<std::int64_t>(k) * width);
-  return t.to(device);
+  return to_device(t, device);
 }
-
-// A scalar read back on the host.
-double value_of(const at::Tensor& t) { return t.detach().to(torch::kCPU).to(torch::kDouble).item<double>(); }
 
 // The name a policy-loss metric is reported under: open-instruct's `_avg` suffix.
 std::string loss_metric_name(const std::string& name) {
@@ -310,6 +309,7 @@ StepLogprobs old_and_reference_logprobs(CausalLM& policy, const UpdateComponents
 // What the passes accumulate over the step.
 struct StepTotals {
   MetricSums sums;
+  PendingMetrics pending;  // this optimizer step's values, still on the device
   double ratio_sum = 0.0, ratio_sq_sum = 0.0, ratio_tokens = 0.0;
   std::vector<double> norms_done;
   double norm_attempt_sum = 0.0, allreduce_wait_s = 0.0;
@@ -328,48 +328,50 @@ struct PassContext {
   double beta;           // KL coefficient in the loss (0 with KL in the reward)
 };
 
-// Metrics of one micro-batch (no grad), weighted by its response tokens.
+// Metrics of one micro-batch (no grad), weighted by its response tokens; recorded on the device
+// and read with the step's others (PendingMetrics).
 void add_micro_batch_metrics(const PassContext& c, const torch::Tensor& mask, const torch::Tensor& logp, const torch::Tensor& old,
                              const torch::Tensor& ref, const torch::Tensor& kl, const torch::Tensor& policy_token_loss,
                              const ResponseLogProbs& fwd, const sdk::PolicyLossOutput& pg, bool entropy_pass, StepTotals& t) {
   torch::NoGradGuard no_grad;
-  MetricSums& sums = t.sums;
-  const double n = value_of(mask.sum());
+  PendingMetrics& p = t.pending;
+  const PendingMetrics::Value n = p.value(mask.sum());
   const torch::Tensor valid = mask > 0;
   auto token_mean = [&](const torch::Tensor& x) {
-    return value_of(sdk::masked_mean(torch::where(valid, x.detach(), torch::zeros_like(mask)), mask));
+    return sdk::masked_mean(torch::where(valid, x.detach(), torch::zeros_like(mask)), mask);
   };
-  const double policy_mean = token_mean(policy_token_loss);
-  double kl_loss_mean = 0.0;
-  sums.add("loss/policy_avg", policy_mean, n);
+  const torch::Tensor policy_mean = token_mean(policy_token_loss);
+  torch::Tensor kl_loss_mean = torch::zeros({}, policy_mean.options().dtype(torch::kDouble));  // in float64, as the sums
+  p.add("loss/policy_avg", p.value(policy_mean), n);
   if (c.with_reference) {
     // Display estimators from REFERENCE.md on d = logp - ref, clamped to +-40 as open-instruct's.
     const torch::Tensor d = (logp.detach() - ref).clamp(-40.0, 40.0);
-    const double kl_mean = token_mean(kl);
-    kl_loss_mean = c.beta * kl_mean;
-    sums.add("objective/kl", kl_mean, n);
-    sums.add("objective/kl_k1", token_mean(d), n);
-    sums.add("objective/kl_k2", token_mean(0.5 * d * d), n);
-    sums.add("objective/kl_k3", token_mean(torch::expm1(-d) + d), n);
+    const torch::Tensor kl_mean = token_mean(kl);
+    kl_loss_mean = kl_mean.to(torch::kDouble) * c.beta;
+    p.add("objective/kl", p.value(kl_mean), n);
+    p.add("objective/kl_k1", p.value(token_mean(d)), n);
+    p.add("objective/kl_k2", p.value(token_mean(0.5 * d * d)), n);
+    p.add("objective/kl_k3", p.value(token_mean(torch::expm1(-d) + d)), n);
   }
-  sums.add("loss/kl_avg", kl_loss_mean, n);
-  sums.add("loss/total_avg", policy_mean + kl_loss_mean, n);
-  if (entropy_pass) sums.add("objective/entropy", token_mean(fwd.entropy), n);
+  p.add("loss/kl_avg", p.value(kl_loss_mean), n);
+  p.add("loss/total_avg", p.value(policy_mean.to(torch::kDouble) + kl_loss_mean), n);
+  if (entropy_pass) p.add("objective/entropy", p.value(token_mean(fwd.entropy)), n);
   // float64 sums: the variance is a difference of two sums, float32 would drown it.
   const torch::Tensor ratio = torch::where(valid, torch::exp(logp.detach() - old), torch::zeros_like(mask)).to(torch::kDouble);
-  t.ratio_sum += value_of(ratio.sum());
-  t.ratio_sq_sum += value_of((ratio * ratio).sum());
-  t.ratio_tokens += n;
+  p.accumulate(&t.ratio_sum, p.value(ratio.sum()));
+  p.accumulate(&t.ratio_sq_sum, p.value((ratio * ratio).sum()));
+  p.accumulate(&t.ratio_tokens, n);
   for (const auto& m : pg.metrics) {
     if (m.name == "val/ratio" || m.name == "val/ratio_var") continue;  // reported from the step's tokens in write_metrics
-    sums.add(loss_metric_name(m.name), value_of(m.value), n);
+    p.add(loss_metric_name(m.name), p.value(m.value), n);
   }
 }
 
 // Micro-batch i of `mb`: one packed forward, the per-token loss, backward (gradients
-// accumulate), metrics. Returns the value of its share of the mini-batch loss.
+// accumulate), metrics. Returns its share of the mini-batch loss (detached, on the device).
 // `last`: the step's last backward (its gradients are final: the reduction can start during it).
-double micro_batch_pass(const PassContext& c, const MiniBatch& mb, std::size_t i, bool entropy_pass, StepTotals& t, bool last) {
+torch::Tensor micro_batch_pass(const PassContext& c, const MiniBatch& mb, std::size_t i, bool entropy_pass, StepTotals& t,
+                               bool last) {
   const UpdateOptions& o = c.o;
   const auto& micro = mb.micro[i];
   const std::int64_t width = mb.widths[i];
@@ -389,18 +391,18 @@ double micro_batch_pass(const PassContext& c, const MiniBatch& mb, std::size_t i
     carried[s][0] = r->carries_rollout_logprobs();
     group_ids[s] = static_cast<std::int64_t>(r->group);
   }
-  const torch::Tensor mask = mb.masks[i].to(c.device);
+  const torch::Tensor mask = to_device(mb.masks[i], c.device);
 
   const ResponseLogProbs fwd = packed_response_logprobs(c.policy, sequence_tokens(micro), width, logprob_options(o, entropy_pass));
   const torch::Tensor logp = fwd.logprobs;
   const torch::Tensor old = c.lp.old_from_first_pass ? logp.detach() : rows_tensor(old_rows, width, c.device);
   const torch::Tensor ref = c.with_reference ? rows_tensor(ref_rows, width, c.device) : torch::Tensor();
   torch::Tensor rollout;
-  if (c.lp.any_rollout) rollout = torch::where(carried.to(c.device), rows_tensor(rollout_rows, width, c.device), old);
+  if (c.lp.any_rollout) rollout = torch::where(to_device(carried, c.device), rows_tensor(rollout_rows, width, c.device), old);
 
   sdk::PolicyLossInput in;
   in.batch.response_mask = mask;
-  in.batch.group_ids = group_ids.to(c.device);
+  in.batch.group_ids = to_device(group_ids, c.device);
   in.logp = logp;
   in.old_logp = old;
   in.rollout_logp = rollout;
@@ -415,8 +417,8 @@ double micro_batch_pass(const PassContext& c, const MiniBatch& mb, std::size_t i
   if (c.lp.any_rollout) {
     MismatchCorrection mc = mismatch_correction(old, rollout, mask, o.mismatch);
     if (o.mismatch.mode != MismatchMode::kNone) policy_token_loss = policy_token_loss * mc.weights;
-    const double n = value_of(mask.sum());
-    for (const auto& m : mc.metrics) t.sums.add_by_suffix(m.name, value_of(m.value), n);
+    const PendingMetrics::Value n = t.pending.value(mask.sum());
+    for (const auto& m : mc.metrics) t.pending.add_by_suffix(m.name, t.pending.value(m.value), n);
   }
   torch::Tensor kl;
   if (c.with_reference) kl = c.components.kl_estimator->compute(logp, ref);
@@ -430,15 +432,14 @@ double micro_batch_pass(const PassContext& c, const MiniBatch& mb, std::size_t i
       const torch::Tensor aux = load_balancing_loss(router_logits, mc.num_experts, mc.num_experts_per_tok);
       const double ranks = c.dp ? static_cast<double>(c.dp->comm->world_size()) : 1.0;
       loss = loss + aux * (o.router_aux_loss_coef / (static_cast<double>(mb.micro.size()) * ranks));
-      t.sums.add("loss/router_aux_avg", value_of(aux), value_of(mask.sum()));
+      t.pending.add("loss/router_aux_avg", t.pending.value(aux), t.pending.value(mask.sum()));
     }
   }
   if (c.dp && last) c.dp->reducer->arm();
   if (loss.requires_grad()) loss.backward();
-  const double loss_value = value_of(loss);
 
   add_micro_batch_metrics(c, mask, logp, old, ref, kl, policy_token_loss, fwd, pg, entropy_pass, t);
-  return loss_value;
+  return loss.detach();
 }
 
 // dist.sharding full: the most micro-batches any rank has in this mini-batch (every rank runs
@@ -573,19 +574,23 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
       if (mb.scale.global_tokens == 0.0) continue;
       optimizer.zero_grad();
       policy->zero_grad(/*set_to_none=*/true);
-      double loss_sum = 0.0;
+      torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device));
       {
         // bf16-mixed: the micro-batches' forward and backward in bf16 (core/model/precision.h).
         const ComputePrecisionScope precision(o.precision, device);
         const std::size_t passes = sharded ? padded_pass_count(*dp->comm, mb.micro.size()) : mb.micro.size();
         for (std::size_t i = 0; i < passes; ++i) {
           if (i < mb.micro.size())
-            loss_sum += micro_batch_pass(c, mb, i, entropy_pass, totals, i + 1 == passes);
+            loss_sum = loss_sum + micro_batch_pass(c, mb, i, entropy_pass, totals, i + 1 == passes).to(torch::kDouble);
           else
             padding_pass(c, i + 1 == passes);
         }
       }
-      optimizer_step(c, optimizer, after_optimizer_step, loss_sum, totals, result);
+      // The host reads this step's values here, once: the loss (for the finiteness check) and the metrics.
+      double loss_value = 0.0;
+      totals.pending.accumulate(&loss_value, totals.pending.value(loss_sum));
+      totals.pending.flush(totals.sums);
+      optimizer_step(c, optimizer, after_optimizer_step, loss_value, totals, result);
     }
   }
   optimizer.zero_grad();

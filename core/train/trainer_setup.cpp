@@ -118,6 +118,7 @@ CausalLM load_reference_model(const TrainerSettings& s, const PolicySpec& policy
   CausalLM reference{nullptr};
   if (needs_reference_model(s.update.kl)) {
     reference = load_model(policy_spec.model_path, dtype, policy_spec.device).model;
+    reference->set_attention_backend(policy_spec.attention);
     reference->eval();
     for (auto& p : reference->parameters()) p.set_requires_grad(false);
     spdlog::info("reference model loaded (algorithm.kl_coef = {}, {})", s.update.kl.kl_coef,

@@ -81,4 +81,29 @@ inline double cosine(const torch::Tensor& a, const torch::Tensor& b) {
   return denom == 0.0 ? (x.norm().item<double>() == y.norm().item<double>() ? 1.0 : 0.0) : x.dot(y).item<double>() / denom;
 }
 
+// Mixtures of experts: a token whose float32 router scores are within bf16's error of a tie goes
+// to another expert in bf16, and from there on its row differs by a whole expert's output
+// (attention carries the difference to the later tokens). transformers' own Qwen2-MoE/Qwen3-MoE
+// do the same on these fixtures: bf16 vs float32 logits differ by up to 1.3-1.6 on the tokens at
+// or after such a flip and by at most 0.26 before any (docs/precision.md). So the MoE cases are
+// compared up to each row's first token routed differently, as the greedy test compares up to
+// the first near-tie of the sampled tokens. Per token of two runs' router logits (one
+// [tokens, num_experts] per MoE layer, the same token order): routed to another set of experts
+// in some layer.
+inline std::vector<bool> routed_differently(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b,
+                                            std::int64_t top_k) {
+  EXPECT_EQ(a.size(), b.size()) << "router logits of a different number of MoE layers";
+  std::vector<bool> out;
+  for (std::size_t l = 0; l < std::min(a.size(), b.size()); ++l) {
+    auto choice = [&](const torch::Tensor& logits) {
+      return std::get<0>(std::get<1>(logits.detach().to(torch::kCPU).to(torch::kFloat32).topk(top_k, -1)).sort(-1));
+    };
+    const torch::Tensor differs = (choice(a[l]) != choice(b[l])).any(-1).contiguous();
+    if (out.empty()) out.assign(static_cast<std::size_t>(differs.size(0)), false);
+    for (std::int64_t t = 0; t < differs.size(0); ++t)
+      if (differs[t].item<bool>()) out[static_cast<std::size_t>(t)] = true;
+  }
+  return out;
+}
+
 }  // namespace grpo::testing

@@ -84,10 +84,10 @@ TEST(ComputePrecisionScope, OnlyBf16MixedComputesInBf16AndTheStateIsRestored) {
       EXPECT_EQ(torch::matmul(x, w.t()).scalar_type(), torch::kBFloat16);
     }
     // Leaving the inner scope keeps the outer one's state.
-    EXPECT_TRUE(at::autocast::is_cpu_enabled());
+    EXPECT_TRUE(autocast_enabled_on(c10::DeviceType::CPU));
     EXPECT_EQ(torch::matmul(x, w.t()).scalar_type(), torch::kBFloat16);
   }
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  EXPECT_FALSE(autocast_enabled_on(c10::DeviceType::CPU));
   EXPECT_EQ(torch::nn::functional::linear(x, w).scalar_type(), torch::kFloat32);
   EXPECT_EQ(autocast_compute_dtype(w), torch::kFloat32);
 }
@@ -170,3 +170,52 @@ TEST_P(MixedPrecisionFixture, GradientsAgreeInDirectionWithFp32) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MixedPrecisionFixture, ::testing::ValuesIn(fixture_models()),
                          [](const auto& info) { return info.param; });
+
+// ---- mixture-of-experts routing in bf16 -------------------------------------------------------
+//
+// The router computes in float32 whatever the compute dtype: bf16 router logits keep 8
+// significant bits, so near-tied experts tie or swap and a bf16 pass routes those tokens to
+// other experts than float32 does (the GPU's Bf16Greedy/Bf16MixedParity MoE failures). With the
+// same bf16-representable weights and input, a bf16 block (bf16 weights, or float32 weights under
+// bf16-mixed autocast) must therefore choose exactly the experts a float32 block chooses.
+class MoeRoutingInBf16 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeRoutingInBf16, ChoosesTheExpertsFloat32Chooses) {
+  torch::NoGradGuard no_grad;
+  auto fp32 = load_model(fixture_dir(GetParam()), torch::kFloat32).model;
+  auto bf16 = load_model(fixture_dir(GetParam()), torch::kBFloat16).model;
+  // float32 weights rounded to bf16's values, so that both blocks hold the same numbers.
+  for (auto& p : fp32->parameters()) p.copy_(p.to(torch::kBFloat16).to(torch::kFloat32));
+  const auto& config = fp32->config();
+  int64_t layer = 0;
+  while (!config.is_moe(layer)) ++layer;
+  auto block32 = fp32->model->layers[layer]->as<DecoderLayer>()->moe;
+  auto block16 = bf16->model->layers[layer]->as<DecoderLayer>()->moe;
+  block32->record_router_logits = block16->record_router_logits = true;
+
+  // Many tokens, at the scale of the hidden states the router sees, in bf16's values: with bf16
+  // router logits, thousands of tokens over the fixture's experts give ties and swaps for sure.
+  auto x = (torch::randn({8192, config.hidden_size}, torch::TensorOptions().dtype(torch::kFloat32)) * 2.0)
+               .to(torch::kBFloat16)
+               .to(torch::kFloat32);
+  block32->forward(x);
+  auto chosen32 = std::get<1>(torch::topk(block32->last_router_logits, config.num_experts_per_tok, -1));
+
+  block16->forward(x.to(torch::kBFloat16));
+  ASSERT_EQ(block16->last_router_logits.scalar_type(), torch::kFloat32);
+  auto chosen16 = std::get<1>(torch::topk(block16->last_router_logits, config.num_experts_per_tok, -1));
+  EXPECT_TRUE(chosen16.equal(chosen32)) << "bf16 weights: "
+                                        << (chosen16 != chosen32).any(-1).sum().item<int64_t>() << " of 8192 tokens routed elsewhere";
+
+  {
+    ComputePrecisionScope mixed(Precision::kBf16Mixed, torch::kCPU);  // float32 weights, bf16 autocast
+    block32->forward(x);
+  }
+  ASSERT_EQ(block32->last_router_logits.scalar_type(), torch::kFloat32);
+  auto chosen_mixed = std::get<1>(torch::topk(block32->last_router_logits, config.num_experts_per_tok, -1));
+  EXPECT_TRUE(chosen_mixed.equal(chosen32)) << "bf16-mixed: "
+                                            << (chosen_mixed != chosen32).any(-1).sum().item<int64_t>() << " of 8192 tokens routed elsewhere";
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, MoeRoutingInBf16, ::testing::ValuesIn(grpo::testing::moe_fixture_models()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });

@@ -42,6 +42,7 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
     const std::string model_dir = cfg.require_string("model");
     const std::string dtype_name = cfg.get_choice("dtype", "float32", {"float32", "bfloat16"});
     const std::string device_name = cfg.get_string("device", "cpu");
+    const std::string attention = cfg.get_choice("attention", "auto", {"auto", "eager", "sdpa", "flash_varlen"});
     EngineOptions options;
     options.max_num_seqs = cfg.get_int("max_num_seqs", options.max_num_seqs);
     options.max_num_batched_tokens = cfg.get_int("max_num_batched_tokens", options.max_num_batched_tokens);
@@ -71,6 +72,7 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
     grpo::core::LoadedModel loaded;
     try {
       loaded = grpo::core::load_model(model_dir, dtype_name == "float32" ? torch::kFloat32 : torch::kBFloat16, *device);
+      loaded.model->set_attention_backend(*grpo::core::parse_attention_backend(attention));
     } catch (const std::exception& e) {
       cfg.fail("model", e.what());
     }

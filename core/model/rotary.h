@@ -1,0 +1,47 @@
+// Rotary position embeddings with every RoPE scaling of transformers' modeling_rope_utils
+// (default, linear, dynamic NTK, YaRN, Llama 3, LongRoPE), and the cos/sin tables of one pass.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "core/model/model_config.h"
+
+namespace grpo::core {
+
+// cos/sin of one pass's positions, [B, T, head_dim] float32: the model's rotary and, for Gemma 3's
+// sliding layers, the local one.
+struct RotaryTables {
+  torch::Tensor cos, sin;
+  torch::Tensor local_cos, local_sin;  // undefined unless the config has a local_rope
+};
+
+// Rotary embedding tables (not parameters: transformers does not save inv_freq either), with
+// every RoPE scaling of transformers' modeling_rope_utils. Dynamic NTK and longrope depend on the
+// length of the call, as transformers' dynamic_rope_update makes them: a call whose largest
+// position p has p + 1 > max_position_embeddings (dynamic) or > original_max_position_embeddings
+// (longrope) uses the extended frequencies, for all its tokens. Yarn and longrope scale cos/sin
+// by their attention factor.
+class RotaryEmbedding {
+ public:
+  explicit RotaryEmbedding(const ModelConfig& config);  // the model's rotary
+  RotaryEmbedding(const ModelConfig& config, const RotaryConfig& rotary);  // another (Gemma 3's local one)
+  // cos, sin: [B, T, head_dim] in float32 for position_ids [B, T].
+  std::pair<torch::Tensor, torch::Tensor> cos_sin(const torch::Tensor& position_ids) const;
+  // The inverse frequencies a call of `seq_len` tokens uses (0: the call-independent ones).
+  torch::Tensor inv_freq(int64_t seq_len = 0) const;
+  double attention_factor() const { return attention_factor_; }
+
+ private:
+  int64_t head_dim_;
+  int64_t max_position_embeddings_;
+  double theta_;
+  RopeScaling scaling_;
+  torch::Tensor inv_freq_;       // [head_dim / 2] float32: short calls (or all, for the static scalings)
+  torch::Tensor long_inv_freq_;  // longrope: calls past original_max_position_embeddings
+  double attention_factor_ = 1.0;
+};
+
+}  // namespace grpo::core
