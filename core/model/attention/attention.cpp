@@ -81,8 +81,12 @@ AttentionChoice choose_attention_kernel(const AttentionSpec& spec, const Attenti
     case AttentionBackend::kAuto: {
       // CUDA: flash for packed rows, sdpa otherwise. CPU: sdpa's fused kernel on LibTorch 2.x;
       // on 1.13 the eager path (ATen's math op there is no faster, and expands the heads).
+      // A CUDA decode step (one query per row) with grouped heads stays eager: it reads the
+      // cache in place, where sdpa's masked kernel would need the heads expanded, a copy of the
+      // whole cache per layer and step.
+      const bool grouped_decode = q.is_cuda() && q.size(1) == 1 && spec.num_heads != spec.num_kv_heads;
       if (flash_varlen_unsupported(spec, context, q).empty()) choice.kernel = AttentionKernel::kFlashVarlen;
-      else if ((q.is_cuda() || kernels::sdpa_fused()) && sdpa_unsupported(spec, context, q).empty())
+      else if ((q.is_cuda() || kernels::sdpa_fused()) && !grouped_decode && sdpa_unsupported(spec, context, q).empty())
         choice.kernel = AttentionKernel::kSdpa;
       return choice;  // auto never reports a fallback: it asked for nothing in particular
     }
