@@ -52,6 +52,10 @@ bool attention_kernel_compiled(AttentionKernel kernel) {
 
 namespace {
 
+// flash_varlen's answer for a pass that is not a packed row: not a fallback, sdpa serves it by
+// the backend's definition.
+constexpr const char* kNotAPackedRow = "it serves packed rows (this pass: another layout)";
+
 // Why flash_varlen cannot run this layer in this pass ("" = it can).
 std::string flash_varlen_unsupported(const AttentionSpec& spec, const AttentionContext& context, const torch::Tensor& q) {
   if (!kernels::flash_varlen_compiled()) return "this build's LibTorch has no FlashAttention (LibTorch 2.x needed)";
@@ -61,7 +65,7 @@ std::string flash_varlen_unsupported(const AttentionSpec& spec, const AttentionC
   const auto dtype = autocast_compute_dtype(q);
   if (dtype != torch::kBFloat16 && dtype != torch::kHalf) return "it computes in bf16/fp16 only (this pass: float32)";
   if (spec.head_dim % 8 != 0 || spec.head_dim > 256) return "it takes head_dim <= 256 in multiples of 8";
-  if (!context.layout.is_packed() || context.cache || context.slots) return "it serves packed rows (this pass: another layout)";
+  if (!context.layout.is_packed() || context.cache || context.slots) return kNotAPackedRow;
   return "";
 }
 
@@ -96,8 +100,7 @@ AttentionChoice choose_attention_kernel(const AttentionSpec& spec, const Attenti
         choice.kernel = AttentionKernel::kFlashVarlen;
         return choice;
       }
-      // Layouts flash_varlen does not serve go to sdpa without a word: that is the backend's definition.
-      if (why.rfind("it serves packed rows", 0) != 0) choice.fallback_reason = "flash_varlen: " + why;
+      if (why != kNotAPackedRow) choice.fallback_reason = "flash_varlen: " + why;
       [[fallthrough]];
     }
     case AttentionBackend::kSdpa: {
