@@ -60,7 +60,8 @@ const std::string& exit_codes() {
 
 struct Options {
   std::string model, host = "127.0.0.1", api_key, served_name, dtype = "float32", device = "cpu",
-                     chat_template = "auto", logprobs = "raw", port_file, log_level = "info", attention = "auto";
+                     chat_template = "auto", logprobs = "raw", port_file, log_level = "info", attention = "auto",
+                     decode_steps = "auto";
   int port = 8000, http_threads = 128, max_connections = 1024;
   double header_timeout = 10, keep_alive_timeout = 5;
   std::int64_t max_num_seqs = 32, max_model_len = 0, max_num_batched_tokens = 2048, seed = 0;
@@ -108,6 +109,10 @@ int run(const Options& opt) {
   s.engine.max_num_batched_tokens = opt.max_num_batched_tokens;
   s.engine.seed = static_cast<std::uint64_t>(opt.seed);
   s.engine.ignore_eos = opt.ignore_eos;
+  const auto decode_steps = native::parse_decode_steps(opt.decode_steps);
+  if (!decode_steps)
+    throw std::invalid_argument("--decode-steps: expected auto, dynamic, bucketed or graphs, got '" + opt.decode_steps + "'");
+  s.engine.decode_steps = *decode_steps;
   s.engine.logprobs_mode = opt.logprobs == "raw" ? native::LogprobsMode::kRaw
                            : opt.logprobs == "scaled" ? native::LogprobsMode::kScaled
                                                       : native::LogprobsMode::kProcessed;
@@ -194,6 +199,7 @@ int grpo_serve_main(int argc, char** argv) {
     ("dtype", po::value(&opt.dtype)->value_name("T"), "float32 (default) or bfloat16")
     ("device", po::value(&opt.device)->value_name("DEV"), "cpu (default), cuda or cuda:N")
     ("attention", po::value(&opt.attention)->value_name("B"), "attention kernel: auto (default), eager, sdpa or flash_varlen (docs/gpu.md)")
+    ("decode-steps", po::value(&opt.decode_steps)->value_name("S"), "decode steps: auto (default: CUDA graphs on CUDA), dynamic, bucketed or graphs (docs/rollout.md)")
     ("max-num-seqs", po::value(&opt.max_num_seqs)->value_name("N"), "sequences decoded together (default 32)")
     ("max-model-len", po::value(&opt.max_model_len)->value_name("N"), "prompt + completion tokens (default: the model's, at most 8192)")
     ("max-num-batched-tokens", po::value(&opt.max_num_batched_tokens)->value_name("N"), "prompt tokens per prefill forward (default 2048)")

@@ -33,7 +33,9 @@
 // The output ends with `name: value` lines that run.sh reads: gpu_decode_tokens_per_s,
 // gpu_train_tokens_per_s, gpu_step_s, gpu_params, gpu_decode_steps_per_s (decode steps /
 // decode-only seconds, from the engine's stats), gpu_decode_bytes_per_step (bf16 weights + the
-// KV cache read at the mean context, for the whole batch).
+// KV cache read at the mean context, for the whole batch), gpu_decode_tokens_per_s_dynamic (the
+// same generate() with dynamic decode steps, no CUDA graphs, side by side) and
+// gpu_cuda_graph_replays (decode steps of the last timed step that replayed a graph).
 //
 //   grpo_bench_gpu_step [--device cuda|cuda:N|cpu] [--config config.json] [--prompts 8]
 //                       [--samples 4] [--new-tokens 256] [--min-prompt 32] [--max-prompt 128]
@@ -269,16 +271,8 @@ double metric(const grpo::core::UpdateResult& r, const std::string& name) {
   return 0.0;
 }
 
-StepFigures grpo_step(Bench& b, std::int64_t step) {
-  StepFigures f;
-  device_sync(b.device);
-  const auto t_step = Clock::now();
-
-  auto t = Clock::now();
-  alias_weights(b.engine_model, grpo::core::weight_snapshot(b.policy, torch::kBFloat16));
-  device_sync(b.device);
-  f.sync_s = seconds_since(t);
-
+// The generate() requests of step `step`: every prompt, G samples each, seeded per step.
+std::vector<grpo::sdk::GenerationRequest> step_requests(const Bench& b, std::int64_t step) {
   std::vector<grpo::sdk::GenerationRequest> requests(b.prompts.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
     auto& r = requests[i];
@@ -291,6 +285,39 @@ StepFigures grpo_step(Bench& b, std::int64_t step) {
     r.sampling.max_new_tokens = b.o.new_tokens;
     r.seed = static_cast<std::uint64_t>(b.o.seed) * 1000003ull + static_cast<std::uint64_t>(step) * b.prompts.size() + i;
   }
+  return requests;
+}
+
+// Tokens/s of generate() with dynamic decode steps (no CUDA graphs: each step sized to its
+// batch, the engine as it was before them) on the engine's current weights, timed after a
+// warm-up call: the side-by-side figure for the graphs of the timed steps.
+double dynamic_decode_tokens_per_s(const Bench& b) {
+  grpo::native::EngineOptions options = b.engine->options();
+  options.decode_steps = grpo::native::DecodeSteps::kDynamic;
+  grpo::native::Engine dynamic(b.engine_model, std::nullopt, std::vector<std::int64_t>{}, options);
+  dynamic.generate(step_requests(b, 0));
+  device_sync(b.device);
+  const auto t = Clock::now();
+  const auto results = dynamic.generate(step_requests(b, 1));
+  device_sync(b.device);
+  const double seconds = seconds_since(t);
+  std::int64_t generated = 0;
+  for (const auto& r : results)
+    for (const auto& s : r.samples) generated += static_cast<std::int64_t>(s.token_ids.size());
+  return static_cast<double>(generated) / seconds;
+}
+
+StepFigures grpo_step(Bench& b, std::int64_t step) {
+  StepFigures f;
+  device_sync(b.device);
+  const auto t_step = Clock::now();
+
+  auto t = Clock::now();
+  alias_weights(b.engine_model, grpo::core::weight_snapshot(b.policy, torch::kBFloat16));
+  device_sync(b.device);
+  f.sync_s = seconds_since(t);
+
+  const std::vector<grpo::sdk::GenerationRequest> requests = step_requests(b, step);
   t = Clock::now();
   std::vector<grpo::sdk::GenerationResult> results = b.engine->generate(requests);
   device_sync(b.device);
@@ -432,7 +459,15 @@ int main(int argc, char** argv) {
               static_cast<long long>(o.repeats), median(sync_s), median(generate_s), median(update_s), median(step_s));
   std::printf("  decode bytes per step: bf16 weights %.1f MB + KV cache at mean context %.1f tokens %.1f MB\n",
               engine_bytes / 1e6, mean_context, kv_bytes / 1e6);
+  const double dynamic_tokens_per_s = dynamic_decode_tokens_per_s(b);
+  std::printf("  decode steps: %s (%lld CUDA graph replays, %lld captured, %lld padded rows in the last step); "
+              "dynamic steps on the same weights: %.1f tokens/s\n",
+              grpo::native::decode_steps_name(last.stats.decode_mode), static_cast<long long>(last.stats.graph_replays),
+              static_cast<long long>(last.stats.graphs_captured), static_cast<long long>(last.stats.padded_rows),
+              dynamic_tokens_per_s);
   std::printf("gpu_decode_tokens_per_s: %.1f\n", static_cast<double>(last.generated) / median(generate_s));
+  std::printf("gpu_decode_tokens_per_s_dynamic: %.1f\n", dynamic_tokens_per_s);
+  std::printf("gpu_cuda_graph_replays: %lld\n", static_cast<long long>(last.stats.graph_replays));
   std::printf("gpu_train_tokens_per_s: %.1f\n", static_cast<double>(last.train_tokens) / median(update_s));
   std::printf("gpu_step_s: %.4f\n", median(step_s));
   std::printf("gpu_params: %lld\n", static_cast<long long>(params));

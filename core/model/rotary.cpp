@@ -106,10 +106,20 @@ torch::Tensor RotaryEmbedding::inv_freq(int64_t seq_len) const {
   return inv_freq_;
 }
 
+torch::Tensor RotaryEmbedding::on_device(const torch::Tensor& table, const torch::Device& device) const {
+  if (table.device() == device) return table;
+  std::lock_guard<std::mutex> lock(device_copies_->mutex);
+  for (const auto& [host, copy] : device_copies_->copies)
+    if (host.is_same(table) && copy.device() == device) return copy;
+  device_copies_->copies.emplace_back(table, table.to(device));
+  return device_copies_->copies.back().second;
+}
+
 std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::cos_sin(const torch::Tensor& position_ids) const {
-  const bool length_dependent = scaling_.type == RopeType::kDynamic || scaling_.type == RopeType::kLongrope;
-  const int64_t seq_len = length_dependent && position_ids.numel() > 0 ? position_ids.max().item<int64_t>() + 1 : 0;
-  auto inv = inv_freq(seq_len).to(position_ids.device());
+  const int64_t seq_len = length_dependent() && position_ids.numel() > 0 ? position_ids.max().item<int64_t>() + 1 : 0;
+  const torch::Tensor table = inv_freq(seq_len);
+  const bool stored = table.is_same(inv_freq_) || (long_inv_freq_.defined() && table.is_same(long_inv_freq_));
+  auto inv = stored ? on_device(table, position_ids.device()) : table.to(position_ids.device());
   auto freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv;  // [B, T, D/2]
   auto emb = torch::cat({freqs, freqs}, -1);
   if (attention_factor_ == 1.0) return {emb.cos(), emb.sin()};

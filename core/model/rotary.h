@@ -5,7 +5,10 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 #include "core/model/model_config.h"
 
@@ -33,6 +36,9 @@ class RotaryEmbedding {
   // The inverse frequencies a call of `seq_len` tokens uses (0: the call-independent ones).
   torch::Tensor inv_freq(int64_t seq_len = 0) const;
   double attention_factor() const { return attention_factor_; }
+  // Dynamic NTK and longrope: the frequencies depend on each call's largest position, which
+  // cos_sin reads back from the device (a host sync; a CUDA graph cannot replay it).
+  bool length_dependent() const { return scaling_.type == RopeType::kDynamic || scaling_.type == RopeType::kLongrope; }
 
  private:
   int64_t head_dim_;
@@ -42,6 +48,17 @@ class RotaryEmbedding {
   torch::Tensor inv_freq_;       // [head_dim / 2] float32: short calls (or all, for the static scalings)
   torch::Tensor long_inv_freq_;  // longrope: calls past original_max_position_embeddings
   double attention_factor_ = 1.0;
+
+  // Copies of inv_freq_ / long_inv_freq_ on the devices that asked for them, made once: a
+  // host-to-device copy per pass would stall the host, and CUDA graphs cannot capture one.
+  // Shared by copies of this object (the tables never change); the mutex serves the rollout
+  // and training threads, which may run passes of one model at once.
+  struct DeviceCopies {
+    std::mutex mutex;
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (host table, its copy)
+  };
+  std::shared_ptr<DeviceCopies> device_copies_ = std::make_shared<DeviceCopies>();
+  torch::Tensor on_device(const torch::Tensor& table, const torch::Device& device) const;
 };
 
 }  // namespace grpo::core

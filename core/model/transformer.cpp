@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <torch/version.h>
+
 #include "core/model/activation_checkpoint.h"
 #include "core/model/backward_callback.h"
 #include "core/model/lora.h"
@@ -31,9 +33,22 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps, RmsNormKind kind) : eps_(eps),
   weight = register_parameter("weight", kind == RmsNormKind::kOffsetInFloat32 ? torch::zeros({dim}) : torch::ones({dim}));
 }
 
+namespace {
+
+// h * rsqrt(mean(h², -1) + eps), h in float32. On CUDA, LibTorch 2.4+'s rms_norm (a fused
+// forward and backward kernel in recent versions, _fused_rms_norm) instead of five kernels each
+// way; the CPU keeps the composite, with which every CPU test and checkpoint was made.
+torch::Tensor rms_normalize(const torch::Tensor& h, double eps) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  if (h.is_cuda()) return at::rms_norm(h, {h.size(-1)}, std::nullopt, eps);
+#endif
+  return h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+}
+
+}  // namespace
+
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  auto h = x.to(torch::kFloat32);
-  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  const auto h = rms_normalize(x.to(torch::kFloat32), eps_);
   switch (kind_) {
     case RmsNormKind::kOffsetInFloat32: return (h * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
     case RmsNormKind::kScaleThenCast: return (weight.to(torch::kFloat32) * h).to(x.scalar_type());
@@ -402,65 +417,6 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
 torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const AttentionLayout& layout, KVCache* cache) {
   auto h = hidden_states(input_ids, layout, cache);
   return logits(h);
-}
-
-torch::Tensor CausalLMImpl::decode_slots(const torch::Tensor& input_ids, SlotKVCache& cache) {
-  if (input_ids.dim() != 1) throw std::invalid_argument("decode_slots: input_ids must be [rows]");
-  const int64_t R = input_ids.size(0);
-  if (R <= 0 || R > cache.num_slots())
-    throw std::invalid_argument("decode_slots: " + std::to_string(R) + " rows for a cache of " +
-                                std::to_string(cache.num_slots()) + " slots");
-  return forward_slots(input_ids.view({R, 1}), cache, 0).view({R, -1});
-}
-
-torch::Tensor CausalLMImpl::extend_slots(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t first) {
-  if (input_ids.dim() != 2 || input_ids.size(0) < 1 || input_ids.size(1) < 1)
-    throw std::invalid_argument("extend_slots: input_ids must be [rows, tokens], both >= 1");
-  if (first < 0 || first + input_ids.size(0) > cache.num_slots())
-    throw std::invalid_argument("extend_slots: slots [" + std::to_string(first) + ", " +
-                                std::to_string(first + input_ids.size(0)) + ") are not in a cache of " +
-                                std::to_string(cache.num_slots()));
-  return forward_slots(input_ids, cache, first);
-}
-
-torch::Tensor CausalLMImpl::forward_slots(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t first) {
-  if (torch::GradMode::is_enabled())
-    throw std::invalid_argument("decoding against a SlotKVCache needs torch::NoGradGuard: the cache is written in place");
-  const int64_t R = input_ids.size(0), T = input_ids.size(1);
-  std::vector<int64_t> past;
-  for (int64_t r = first; r < first + R; ++r) past.push_back(cache.length(r));
-  int64_t max_past = 0;
-  for (int64_t p : past) {
-    if (p + T > cache.capacity())
-      throw std::invalid_argument("decode_slots: a slot holds " + std::to_string(p) + " of " +
-                                  std::to_string(cache.capacity()) + " tokens; no room for " + std::to_string(T) + " more");
-    max_past = std::max(max_past, p);
-  }
-  const auto device = input_ids.device();
-  SlotStep step;
-  step.cache = &cache;
-  step.first = first;
-  step.rows = R;
-  step.past = torch::tensor(past, torch::kLong).to(device);
-  step.keys = max_past + T;
-  const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device);
-  const auto kpos = torch::arange(step.keys, long_opts);
-  const auto qpos = step.past.view({R, 1}) + torch::arange(T, long_opts).view({1, T});  // [R, T]
-  step.allowed = (kpos.view({1, 1, step.keys}) <= qpos.view({R, T, 1})).view({R, 1, T, step.keys});
-  AttentionLayout layout;  // positions only: the slot path builds its own mask
-  layout.position_ids = qpos;
-  if (config_.sliding_window > 0)
-    step.allowed_sliding = step.allowed & (kpos.view({1, 1, step.keys}) > (qpos - config_.sliding_window).view({R, T, 1}))
-                                              .view({R, 1, T, step.keys});
-  const RotaryTables rotary = rotary_tables(layout.position_ids);
-  AttentionContext context;
-  context.layout = std::move(layout);
-  context.slots = &step;
-  context.backend = attention_backend_;
-  auto h = embed(input_ids);
-  for (const auto& layer : *model->layers) h = layer->as<DecoderLayer>()->forward(h, rotary, context);
-  cache.advance(first, R, T);
-  return model->norm(h);
 }
 
 AttentionLayout CausalLMImpl::decode_layout(const KVCache& cache, int64_t new_tokens, const torch::Tensor& new_mask) const {

@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/model/attention/attention.h"
@@ -184,6 +185,18 @@ class CausalLMImpl : public torch::nn::Module {
   // slot's length, each token attends to its slot's cache and the new tokens before it. Returns
   // final hidden states [R, T, hidden]; every slot's length grows by T. Needs torch::NoGradGuard.
   torch::Tensor extend_slots(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t first);
+  // A decode step whose shapes do not depend on the slots' lengths, so that a CUDA graph can
+  // replay it (the rollout engine's decode graphs): rows [0, rows) of `cache`, `past` [rows]
+  // int64 on the model's device holds each row's cached length (its token's position), and
+  // every row attends over the cache's whole capacity with the keys past its length masked.
+  // Reads nothing back to the host and leaves the cache's lengths alone: the caller advances
+  // the rows that are real (a graph's bucket pads with rows that are not). Needs
+  // torch::NoGradGuard, room for one more token in every row, and a model for which
+  // fixed_decode_unsupported() is empty.
+  torch::Tensor decode_slots_fixed(const torch::Tensor& input_ids, const torch::Tensor& past, SlotKVCache& cache);
+  // Why this model cannot take fixed-shape decode steps ("" when it can): a pass that reads
+  // the device from the host (MoE routing, length-dependent RoPE).
+  std::string fixed_decode_unsupported() const;
 
   // The LM head's weight [vocab, hidden] (the embedding matrix when tied). A sequence-classification
   // model has none: its score head's weight stands in where only the device and dtype matter.
@@ -219,6 +232,8 @@ class CausalLMImpl : public torch::nn::Module {
  private:
   // input_ids [R, T] into slots [first, first + R): the body of decode_slots and extend_slots.
   torch::Tensor forward_slots(const torch::Tensor& input_ids, SlotKVCache& cache, int64_t first);
+  // The layers over `step` (its past and keys set; the masks are filled in here).
+  torch::Tensor run_slots(const torch::Tensor& input_ids, SlotStep& step);
 
   // Embeddings of input_ids, scaled by embedding_multiplier (Gemma) in the embeddings' dtype.
   torch::Tensor embed(const torch::Tensor& input_ids);

@@ -172,6 +172,74 @@ TEST_P(BackendEqualsEager, Bfloat16WithinTheBf16Bound) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BackendEqualsEager, ::testing::ValuesIn(cases()), case_name);
 
+// ---- fixed-shape decode steps (the rollout engine's CUDA graphs) -------------------------
+
+namespace {
+
+class FixedShapeDecode : public ::testing::TestWithParam<BackendCase> {};
+
+std::vector<BackendCase> fixed_cases() {
+  std::vector<BackendCase> out;
+  for (const auto& m : grpo::testing::fixture_models())
+    for (auto b : {AttentionBackend::kEager, AttentionBackend::kSdpa}) out.emplace_back(m, b);
+  return out;
+}
+
+}  // namespace
+
+// decode_slots_fixed (every key of the cache, masked past each row's length; padding rows in
+// free slots) against decode_slots under eager, 30 steps of two rows of different lengths: past
+// the sliding windows (16) of mistral and the Gemmas. Models whose step reads the device from
+// the host refuse it: the MoE fixtures and the length-dependent RoPE scalings (dynamic, longrope).
+TEST_P(FixedShapeDecode, EqualsDecodeSlotsWithPaddingRows) {
+  const std::string name = std::get<0>(GetParam());
+  torch::NoGradGuard no_grad;
+  auto model = load_model(fixture_dir(name)).model;
+  model->eval();
+  const bool host_reads = name == "qwen2_moe" || name == "qwen3_moe" || name == "phi3" || name == "llama_dynamic";
+  EXPECT_EQ(!model->fixed_decode_unsupported().empty(), host_reads) << model->fixed_decode_unsupported();
+  const auto& config = model->config();
+  auto gen = at::detail::createCPUGenerator(17);
+  const auto a = at::randint(3, config.vocab_size, {40}, gen, torch::kLong);
+  const auto b = at::randint(3, config.vocab_size, {40}, gen, torch::kLong);
+  auto prefill = [&](SlotKVCache& slots) {
+    for (int64_t row = 0; row < 2; ++row) {
+      const int64_t prompt = row == 0 ? 7 : 3;
+      KVCache cache(config, 1, prompt, torch::kFloat32);
+      model(((row == 0) ? a : b).narrow(0, 0, prompt).unsqueeze(0), model->decode_layout(cache, prompt), &cache);
+      slots.load_prefix(row, cache, 0, prompt);
+    }
+  };
+  if (host_reads) {
+    SlotKVCache slots(config, 4, 48, torch::kFloat32);
+    EXPECT_THROW(model->decode_slots_fixed(torch::zeros({4}, torch::kLong), torch::zeros({4}, torch::kLong), slots),
+                 std::invalid_argument);
+    return;
+  }
+  model->set_attention_backend(AttentionBackend::kEager);
+  SlotKVCache dynamic(config, 2, 48, torch::kFloat32);
+  prefill(dynamic);
+  std::vector<torch::Tensor> expected;
+  for (int step = 0; step < 30; ++step)
+    expected.push_back(model->logits(model->decode_slots(torch::stack({a[dynamic.length(0)], b[dynamic.length(1)]}), dynamic)));
+
+  model->set_attention_backend(std::get<1>(GetParam()));
+  SlotKVCache fixed(config, 4, 48, torch::kFloat32);  // rows 2 and 3 pad the bucket of 4
+  prefill(fixed);
+  for (int step = 0; step < 30; ++step) {
+    const int64_t la = fixed.length(0), lb = fixed.length(1);
+    const auto tokens = torch::stack({a[la], b[lb], torch::zeros({}, torch::kLong), torch::zeros({}, torch::kLong)});
+    const auto past = torch::tensor({la, lb, int64_t{0}, int64_t{0}}, torch::kLong);
+    const auto logits = model->logits(model->decode_slots_fixed(tokens, past, fixed));
+    fixed.advance(0, 2, 1);  // the real rows only
+    EXPECT_LT(max_abs_diff(logits.narrow(0, 0, 2), expected[static_cast<std::size_t>(step)]), kFloat32Bound) << "step " << step;
+  }
+  EXPECT_EQ(fixed.length(0), 37);
+  EXPECT_EQ(fixed.length(2), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FixedShapeDecode, ::testing::ValuesIn(fixed_cases()), case_name);
+
 // ---- the kernel choice ----------------------------------------------------------------------
 
 TEST(AttentionKernelChoice, FallsBackWhereAKernelCannotRunTheLayer) {

@@ -80,6 +80,10 @@ class SlotKVCache {
   int64_t length(int64_t slot) const { return lengths_.at(static_cast<std::size_t>(slot)); }
   // Bytes held by the key/value buffers.
   int64_t bytes() const;
+  int64_t num_layers() const { return static_cast<int64_t>(keys_.size()); }
+  // Layer `layer`'s buffers [slots, Hkv, capacity, D] (CUDA graphs address them).
+  const torch::Tensor& keys(int64_t layer) const { return keys_.at(static_cast<std::size_t>(layer)); }
+  const torch::Tensor& values(int64_t layer) const { return values_.at(static_cast<std::size_t>(layer)); }
 
   // Copies the first `length` cached tokens of row `src_row` of `src` (a prefill's cache,
   // whose rows hold real tokens from position 0) into `slot`, replacing its contents.

@@ -171,6 +171,20 @@ class Engine::Run {
         lm_head_(engine.model_->lm_head_weight()),
         device_(lm_head_.device()) {
     e_.stats_.kv_cache_bytes = cache_.bytes();
+    const DecodeStepsChoice steps = choose_decode_steps(e_.options_.decode_steps, *e_.model_, device_);
+    if (!steps.fallback_reason.empty() && !e_.decode_fallback_said_) {
+      sdk::log_info(std::string("native engine: decode steps run ") + decode_steps_name(steps.steps) + ": " + steps.fallback_reason);
+      e_.decode_fallback_said_ = true;
+    }
+    e_.stats_.decode_mode = steps.steps;
+    if (steps.steps != DecodeSteps::kDynamic) {
+      const bool graphs = steps.steps == DecodeSteps::kGraphs;
+      // A decoder whose capture failed stays eager: capturing again would fail again.
+      const BucketedDecoder* held = e_.bucketed_.get();
+      if (!held || (graphs && !held->graphs() && !held->capture_failed()) || (!graphs && held->graphs()))
+        e_.bucketed_ = std::make_unique<BucketedDecoder>(max_rows_, graphs, device_);
+      bucketed_ = e_.bucketed_.get();
+    }
     // Multi-turn: parked samples keep their KV in slots [max_rows, 2 max_rows) while their
     // tools run, so the decode batch's rows [0, live) never have holes.
     if (controller_)
@@ -256,6 +270,7 @@ class Engine::Run {
   std::vector<Sample*> live_;     // live_[r] decodes in cache row r
   std::int64_t parked_ = 0;       // samples waiting for the controller
   std::vector<std::int64_t> free_parking_;
+  BucketedDecoder* bucketed_ = nullptr;  // null: dynamic decode steps
   bool feed_closed_ = false;
   std::uint64_t next_handle_ = 0;
 
@@ -588,8 +603,20 @@ class Engine::Run {
     const auto rows = static_cast<std::int64_t>(live_.size());
     std::vector<int64_t> inputs(live_.size());
     for (std::size_t r = 0; r < live_.size(); ++r) inputs[r] = live_[r]->out.token_ids.back();
-    const at::Tensor hidden = e_.model_->decode_slots(torch::tensor(inputs, torch::kLong).to(device_), cache_);
-    sample_and_accept(e_.model_->logits(hidden), live_);
+    if (bucketed_) {
+      std::vector<int64_t> past(live_.size());
+      for (std::size_t r = 0; r < live_.size(); ++r) past[r] = cache_.length(static_cast<std::int64_t>(r));
+      const std::int64_t captured = bucketed_->graphs_captured(), replays = bucketed_->graph_replays();
+      const at::Tensor logits = bucketed_->step(*e_.model_, cache_, inputs, past);
+      cache_.advance(0, rows, 1);
+      e_.stats_.graphs_captured += bucketed_->graphs_captured() - captured;
+      e_.stats_.graph_replays += bucketed_->graph_replays() - replays;
+      e_.stats_.padded_rows += decode_bucket(rows, std::min(max_rows_, cache_.num_slots())) - rows;
+      sample_and_accept(logits, live_);
+    } else {
+      const at::Tensor hidden = e_.model_->decode_slots(torch::tensor(inputs, torch::kLong).to(device_), cache_);
+      sample_and_accept(e_.model_->logits(hidden), live_);
+    }
     synchronize();
     e_.stats_.decode_s += seconds_between(td, Clock::now());
     e_.stats_.decode_tokens += rows;

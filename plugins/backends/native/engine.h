@@ -6,7 +6,8 @@
 //   - every step decodes all live slots together, one token each; a sequence that finishes
 //     frees its slot at once and a waiting sample takes it on the next step, so the batch
 //     never waits for its longest member; live slots are kept at rows [0, live) so a step
-//     works on views of the cache, never on gathered copies;
+//     works on views of the cache, never on gathered copies; on CUDA the steps take fixed
+//     shapes per batch bucket and replay as CUDA graphs (bucketed_decoder.h, decode_steps);
 //   - bad requests fail alone (GenerationResult::status), and so do the requests of a prefill
 //     that throws (out of memory on a long prompt); the others complete. Non-finite logits
 //     (diverged weights) fail the whole call with an exception.
@@ -20,6 +21,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,6 +31,7 @@
 #include "core/model/transformer.h"
 #include "core/tokenizer/tokenizer.h"
 #include "grpo/sdk/torch/rollout_backend.h"
+#include "plugins/backends/native/bucketed_decoder.h"
 #include "plugins/backends/native/sampler.h"
 
 namespace grpo::native {
@@ -48,6 +51,9 @@ struct EngineOptions {
   LogprobsMode logprobs_mode = LogprobsMode::kRaw;
   bool ignore_eos = false;                     // true: the model's EOS ids do not stop a sample
   std::uint64_t seed = 0;                      // base of the streams of requests without a seed
+  // How decode steps are shaped and launched (bucketed_decoder.h): auto = CUDA graphs on CUDA
+  // where the model allows them, steps sized to the batch elsewhere.
+  DecodeSteps decode_steps = DecodeSteps::kAuto;
 };
 
 // Figures of one generate() call.
@@ -65,6 +71,9 @@ struct EngineStats {
   double wall_s = 0.0;
   std::int64_t max_num_seqs = 0;
   std::int64_t kv_cache_bytes = 0;
+  DecodeSteps decode_mode = DecodeSteps::kDynamic;  // what the call's decode steps were (auto resolved)
+  std::int64_t graphs_captured = 0, graph_replays = 0;  // CUDA graphs: captured (one per new bucket), replayed steps
+  std::int64_t padded_rows = 0;  // bucketed steps: rows computed beyond the live ones
 };
 
 // Where Engine::serve() gets its requests and leaves its results. Called on the serving thread
@@ -136,6 +145,8 @@ class Engine {
   std::int64_t max_model_len_;
   std::uint64_t calls_ = 0;  // generate() calls so far: unseeded requests differ per call
   std::optional<core::SlotKVCache> cache_;  // kept between calls, regrown when a call needs more
+  std::unique_ptr<BucketedDecoder> bucketed_;  // fixed-shape steps and their CUDA graphs, kept between calls
+  bool decode_fallback_said_ = false;  // decode_steps asked for what the model or device cannot: said once
   EngineStats stats_;
 };
 

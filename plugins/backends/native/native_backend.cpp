@@ -53,6 +53,8 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
                                                    : LogprobsMode::kProcessed;
     options.seed = static_cast<std::uint64_t>(cfg.get_int("seed", 0));
     options.ignore_eos = cfg.get_bool("ignore_eos", false);
+    options.decode_steps =
+        *grpo::native::parse_decode_steps(cfg.get_choice("decode_steps", "auto", {"auto", "dynamic", "bucketed", "graphs"}));
     const std::string sync = cfg.get_choice("weight_sync", "auto", {"auto", "copy", "share"});
     sync_ = sync == "auto" ? WeightSync::kAuto : sync == "copy" ? WeightSync::kCopy : WeightSync::kShare;
     if (options.max_num_seqs < 1) cfg.fail("max_num_seqs", "must be >= 1, got " + std::to_string(options.max_num_seqs));
@@ -187,6 +189,11 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
     add("rollout/failed_requests", static_cast<double>(s.failed_requests));
     add("rollout/wall_s", s.wall_s);
     add("rollout/kv_cache_mb", to_mb(s.kv_cache_bytes));
+    if (s.decode_mode != grpo::native::DecodeSteps::kDynamic) {  // fixed-shape steps (bucketed_decoder.h)
+      add("rollout/decode_padded_rows", static_cast<double>(s.padded_rows));
+      add("rollout/cuda_graph_replays", static_cast<double>(s.graph_replays));
+      add("rollout/cuda_graphs_captured", static_cast<double>(s.graphs_captured));
+    }
     if (s.turns > 0) {  // multi-turn (tools): resumed with the KV cache kept
       add("rollout/turns", static_cast<double>(s.turns));
       add("rollout/appended_tokens", static_cast<double>(s.appended_tokens));

@@ -87,9 +87,6 @@ SampledTokens sample_tokens(const at::Tensor& logits, const std::vector<RowSampl
   const int64_t R = logits.size(0), V = logits.size(1);
   if (static_cast<int64_t>(uniforms.size()) != R) throw std::invalid_argument("sample_tokens: one uniform per row");
   const at::Tensor raw_logits = logits.to(at::kFloat);
-  // A diverged policy (NaN/inf weights) must not turn into arbitrary tokens with NaN log-probs.
-  if (!at::isfinite(raw_logits).all().item<bool>())
-    throw std::runtime_error("the model produced non-finite logits (NaN or inf): its weights have diverged or overflowed");
   bool all_greedy = true;
   std::vector<int64_t> greedy(R);
   for (int64_t r = 0; r < R; ++r) {
@@ -118,9 +115,17 @@ SampledTokens sample_tokens(const at::Tensor& logits, const std::vector<RowSampl
     case LogprobsMode::kScaled: source = at::log_softmax(raw_logits / column(effective_temperatures(rows), raw_logits), -1); break;
     case LogprobsMode::kProcessed: source = processed; break;
   }
+  // One copy back per call, which waits for the device once: the tokens (exact in float64),
+  // their log-probs, and whether every logit was finite.
+  const at::Tensor finite = at::isfinite(raw_logits).all().to(at::kDouble).view({1});
+  const at::Tensor chosen = source.gather(1, tokens.view({R, 1})).view({R});
+  const at::Tensor host = at::cat({tokens.to(at::kDouble), chosen.to(at::kDouble), finite}).to(at::kCPU);
+  // A diverged policy (NaN/inf weights) must not turn into arbitrary tokens with NaN log-probs.
+  if (host[2 * R].item<double>() == 0.0)
+    throw std::runtime_error("the model produced non-finite logits (NaN or inf): its weights have diverged or overflowed");
   SampledTokens out;
-  out.logprobs = source.gather(1, tokens.view({R, 1})).view({R}).to(at::kCPU);
-  out.tokens = tokens.to(at::kCPU);
+  out.tokens = host.narrow(0, 0, R).to(at::kLong);
+  out.logprobs = host.narrow(0, R, R).to(at::kFloat);
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include "tests/plugins/backends/native/rollout_fixtures.h"
 
 using namespace grpo;
+using grpo::native::DecodeSteps;
 using grpo::native::Engine;
 using grpo::native::EngineOptions;
 using grpo::testing::make_engine;
@@ -75,11 +76,12 @@ struct TurnCase {
   int batch;
   std::int64_t max_num_seqs;
   bool late;
+  DecodeSteps steps = DecodeSteps::kAuto;  // kBucketed: parked samples beside padded decode rows
 };
 
 std::string turn_case_name(const ::testing::TestParamInfo<TurnCase>& info) {
   return info.param.model + "_batch" + std::to_string(info.param.batch) + "_slots" +
-         std::to_string(info.param.max_num_seqs) + (info.param.late ? "_late" : "_prompt");
+         std::to_string(info.param.max_num_seqs) + (info.param.late ? "_late" : "_prompt") + (info.param.steps == DecodeSteps::kBucketed ? "_bucketed" : "");
 }
 
 class TurnParity : public ::testing::TestWithParam<TurnCase> {};
@@ -95,6 +97,7 @@ TEST_P(TurnParity, ResumedTurnsEqualFullRecompute) {
   EngineOptions options;
   options.max_num_seqs = c.max_num_seqs;
   options.max_num_batched_tokens = 64;
+  options.decode_steps = c.steps;
   Engine engine = make_engine(c.model, options);
   const auto& config = engine.model()->config();
   const auto prompts = mixed_prompts(c.batch, 3, 29, config.vocab_size, 5 + c.batch);
@@ -157,7 +160,8 @@ TEST_P(TurnParity, ResumedTurnsEqualFullRecompute) {
 INSTANTIATE_TEST_SUITE_P(Rollout, TurnParity,
                          ::testing::Values(TurnCase{"qwen3", 1, 4, false}, TurnCase{"qwen3", 9, 4, false},
                                            TurnCase{"qwen3", 9, 4, true}, TurnCase{"qwen2", 6, 2, true},
-                                           TurnCase{"llama", 7, 32, false}),
+                                           TurnCase{"llama", 7, 32, false},
+                                           TurnCase{"qwen3", 9, 4, true, DecodeSteps::kBucketed}),
                          turn_case_name);
 
 // The raw log-probs of a resumed turn's tokens are the trainer's teacher-forced log-probs of

@@ -88,6 +88,25 @@ TEST(NativeBackend, OptionErrorsNameTheKey) {
   EXPECT_NE(missing.find("nope"), std::string::npos) << missing;
   EXPECT_NE(error_of<std::exception>([&] { backend({{"model", dir, true}, {"max_num_seq", "4"}}); }).find("max_num_seqs"),
             std::string::npos);  // unknown key: "did you mean"
+  EXPECT_NE(error_of<std::exception>([&] { backend({{"model", dir, true}, {"decode_steps", "cuda", true}}); })
+                .find("rollout.backend.decode_steps: expected one of auto, dynamic, bucketed, graphs, got \"cuda\""),
+            std::string::npos);
+}
+
+// decode_steps: bucketed reports its padded rows (3 samples decode in a bucket of 4) and no graph
+// replays on the CPU; the default (auto: dynamic on a CPU) reports neither.
+TEST(NativeBackend, BucketedDecodeStepsReportTheirPadding) {
+  const sdk::GenerationRequest r = request("sampled", kPrompt, 5, /*temperature=*/1.0, /*n=*/3, /*seed=*/9);
+  auto bucketed = backend({{"model", rollout_model_dir("qwen3"), true}, {"max_num_seqs", "4"}, {"ignore_eos", "true"},
+                           {"decode_steps", "bucketed", true}});
+  auto dynamic = backend({{"model", rollout_model_dir("qwen3"), true}, {"max_num_seqs", "4"}, {"ignore_eos", "true"}});
+  const auto a = bucketed->generate({r}), b = dynamic->generate({r});
+  for (std::size_t j = 0; j < 3; ++j) EXPECT_EQ(a.at(0).samples.at(j).token_ids, b.at(0).samples.at(j).token_ids);
+  const auto m = metric_map(*bucketed);
+  EXPECT_EQ(m.at("rollout/decode_padded_rows"), 4);  // 4 decode steps, one padding row each
+  EXPECT_EQ(m.at("rollout/cuda_graph_replays"), 0);
+  EXPECT_EQ(m.at("rollout/cuda_graphs_captured"), 0);
+  EXPECT_EQ(metric_map(*dynamic).count("rollout/decode_padded_rows"), 0u);
 }
 
 // Copy mode: the engine takes the trainer's values at sync time; later in-place changes of
