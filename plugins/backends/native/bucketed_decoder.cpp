@@ -7,12 +7,15 @@
 #include <map>
 #include <stdexcept>
 
+#include "core/model/lora.h"
 #include "core/model/precision.h"
+#include "core/model/projection.h"
 #include "grpo/sdk/log.h"
 
 #if defined(GRPO_HAVE_CUDA)
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <ATen/cuda/MemPool.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -84,7 +87,8 @@ std::int64_t decode_bucket(std::int64_t rows, std::int64_t max_rows) {
 namespace {
 
 // What a captured graph addresses: the cache's buffers, the parameters' and buffers' storage,
-// and the settings that change the kernels (autocast, the attention backend). Weights loaded
+// and the host state that picks the kernels (autocast, the attention backend, deterministic
+// algorithms, whether LoRA adapters apply). Weights loaded
 // into new tensors or a regrown cache change it and the graphs are captured again; weights
 // updated in place (the optimizer) do not need that: a replay reads them where they are.
 std::size_t graph_key(core::CausalLMImpl& model, const core::SlotKVCache& cache) {
@@ -101,6 +105,12 @@ std::size_t graph_key(core::CausalLMImpl& model, const core::SlotKVCache& cache)
   mix(core::autocast_enabled_on(c10::DeviceType::CUDA) ? 1 : 0);
   mix(static_cast<std::size_t>(core::autocast_dtype_on(c10::DeviceType::CUDA)));
   mix(static_cast<std::size_t>(model.attention_backend()));
+  mix(at::globalContext().deterministicAlgorithms() ? 1 : 0);
+  for (const auto& m : model.modules(/*include_self=*/false)) {
+    const auto* projection = dynamic_cast<const core::ProjectionImpl*>(m.get());
+    const core::LoraAdapter* lora = projection ? projection->lora() : nullptr;
+    if (lora) mix(lora->enabled && lora->enabled->load() ? 3 : 2);
+  }
   return h;
 }
 
@@ -121,9 +131,12 @@ struct BucketedDecoder::Graphs {
   at::Tensor inputs;   // [2, max_rows] int64 on the device: the graphs read their inputs here
   at::Tensor staging;  // its pinned host twin: one asynchronous copy per step
   at::cuda::CUDAEvent copied;  // the last copy out of `staging` has run
-  std::map<std::int64_t, Captured> by_bucket;
+  // One memory pool for every bucket's graph (one replays at a time, and its output is read
+  // before the next), held for the decoder's life: graphs captured again after a key change
+  // reuse its blocks, where a pool id whose graphs were all destroyed is retired.
+  std::optional<at::cuda::MemPool> pool;
+  std::map<std::int64_t, Captured> by_bucket;  // destroyed before the pool
   std::optional<c10::cuda::CUDAStream> stream;  // capture needs a stream other than the default
-  c10::MempoolId_t pool{0, 0};  // one memory pool for every bucket's graph (one replays at a time)
   std::size_t key = 0;
 };
 #else
@@ -141,7 +154,8 @@ BucketedDecoder::BucketedDecoder(std::int64_t max_rows, bool graphs, const at::D
   graphs_->inputs = at::zeros({2, max_rows}, index.device(device));
   graphs_->staging = at::zeros({2, max_rows}, index.pinned_memory(true));
   graphs_->stream.emplace(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
-  graphs_->pool = at::cuda::graph_pool_handle();
+  const c10::cuda::CUDAGuard device_guard(device);  // the pool belongs to the current device
+  graphs_->pool.emplace();
 #else
   throw std::invalid_argument("BucketedDecoder: this build has no CUDA code paths (GRPO_HAVE_CUDA)");
 #endif
@@ -203,7 +217,7 @@ at::Tensor BucketedDecoder::step(core::CausalLMImpl& model, core::SlotKVCache& c
     try {
       // Thread-local mode: a training thread using the device meanwhile (asynchronous
       // rollouts) is not part of the capture and must not invalidate it.
-      captured.graph->capture_begin(g.pool, cudaStreamCaptureModeThreadLocal);
+      captured.graph->capture_begin(g.pool->id(), cudaStreamCaptureModeThreadLocal);
       try {
         captured.logits = bucket_step(model, cache, g.inputs, bucket);
       } catch (...) {
@@ -216,8 +230,15 @@ at::Tensor BucketedDecoder::step(core::CausalLMImpl& model, core::SlotKVCache& c
       captured.graph->capture_end();
     } catch (const std::exception& e) {
       // A kernel that cannot be captured (one that reads back to the host): this step's
-      // result stands, and the steps go on eagerly in the same shapes.
+      // result stands, and the steps go on eagerly in the same shapes. An invalidated capture
+      // throws in capture_end before it stops routing the stream's allocations to the pool:
+      // stop it here (a no-op error when capture_end got that far).
       (void)cudaGetLastError();
+      captured.logits = at::Tensor();
+      try {
+        c10::cuda::CUDACachingAllocator::endAllocateToPool(device_.index(), g.pool->id());
+      } catch (...) {
+      }
       graphs_failed_ = true;
       sdk::log_warn(std::string("native engine: capturing the decode step as a CUDA graph failed; decoding goes on "
                                 "without graphs (same shapes, same results): ") +
