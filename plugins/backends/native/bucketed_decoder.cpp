@@ -163,15 +163,17 @@ BucketedDecoder::BucketedDecoder(std::int64_t max_rows, bool graphs, const at::D
 
 BucketedDecoder::~BucketedDecoder() = default;
 
-at::Tensor BucketedDecoder::step(core::CausalLMImpl& model, core::SlotKVCache& cache, const std::vector<std::int64_t>& tokens,
-                                 const std::vector<std::int64_t>& past) {
+at::Tensor BucketedDecoder::step(core::CausalLMImpl& model, core::SlotKVCache& cache, const std::vector<std::int64_t>& tokens) {
   const auto rows = static_cast<std::int64_t>(tokens.size());
-  if (past.size() != tokens.size()) throw std::invalid_argument("BucketedDecoder::step: one past length per token");
   const std::int64_t bucket = decode_bucket(rows, std::min(max_rows_, cache.num_slots()));
-  for (std::int64_t p : past)
-    if (p < 0 || p >= cache.capacity())
+  std::vector<std::int64_t> past(tokens.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t p = past[static_cast<std::size_t>(r)] = cache.length(r);
+    if (p >= cache.capacity())
       throw std::invalid_argument("BucketedDecoder::step: a slot holds " + std::to_string(p) + " of " +
                                   std::to_string(cache.capacity()) + " tokens; no room for one more");
+  }
+  padded_rows_ += bucket - rows;
   if (!graphs_ || graphs_failed_) {
     std::vector<std::int64_t> host(static_cast<std::size_t>(2 * bucket), 0);  // padding rows: token 0 at position 0
     std::copy(tokens.begin(), tokens.end(), host.begin());

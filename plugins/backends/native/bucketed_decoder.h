@@ -59,18 +59,18 @@ class BucketedDecoder {
   BucketedDecoder(const BucketedDecoder&) = delete;
   BucketedDecoder& operator=(const BucketedDecoder&) = delete;
 
-  // One step of rows [0, tokens.size()) of `cache`: tokens[r] is row r's input token and
-  // past[r] its cached length. Returns the rows' logits [rows, vocab] (the model's logits()).
+  // One step of rows [0, tokens.size()) of `cache`: tokens[r] is row r's input token, at
+  // position cache.length(r). Returns the rows' logits [rows, vocab] (the model's logits()).
   // Does not advance the cache's lengths (the caller does, for these rows). With graphs the
   // logits are the graph's output buffer: valid until the next step.
-  at::Tensor step(core::CausalLMImpl& model, core::SlotKVCache& cache, const std::vector<std::int64_t>& tokens,
-                  const std::vector<std::int64_t>& past);
+  at::Tensor step(core::CausalLMImpl& model, core::SlotKVCache& cache, const std::vector<std::int64_t>& tokens);
 
   // Whether steps replay CUDA graphs (false after a capture failed: steps run eagerly).
   bool graphs() const { return graphs_ != nullptr && !graphs_failed_; }
   bool capture_failed() const { return graphs_failed_; }
   std::int64_t graphs_captured() const { return captured_; }
   std::int64_t graph_replays() const { return replays_; }
+  std::int64_t padded_rows() const { return padded_rows_; }  // rows computed beyond the live ones
 
  private:
   struct Graphs;  // the CUDA side (bucketed_decoder.cpp)
@@ -79,7 +79,7 @@ class BucketedDecoder {
   at::Device device_;
   std::unique_ptr<Graphs> graphs_;  // null: eager steps
   bool graphs_failed_ = false;
-  std::int64_t captured_ = 0, replays_ = 0;
+  std::int64_t captured_ = 0, replays_ = 0, padded_rows_ = 0;
 };
 
 }  // namespace grpo::native

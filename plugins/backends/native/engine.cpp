@@ -604,14 +604,13 @@ class Engine::Run {
     std::vector<int64_t> inputs(live_.size());
     for (std::size_t r = 0; r < live_.size(); ++r) inputs[r] = live_[r]->out.token_ids.back();
     if (bucketed_) {
-      std::vector<int64_t> past(live_.size());
-      for (std::size_t r = 0; r < live_.size(); ++r) past[r] = cache_.length(static_cast<std::int64_t>(r));
-      const std::int64_t captured = bucketed_->graphs_captured(), replays = bucketed_->graph_replays();
-      const at::Tensor logits = bucketed_->step(*e_.model_, cache_, inputs, past);
+      const std::int64_t captured = bucketed_->graphs_captured(), replays = bucketed_->graph_replays(),
+                         padded = bucketed_->padded_rows();
+      const at::Tensor logits = bucketed_->step(*e_.model_, cache_, inputs);
       cache_.advance(0, rows, 1);
       e_.stats_.graphs_captured += bucketed_->graphs_captured() - captured;
       e_.stats_.graph_replays += bucketed_->graph_replays() - replays;
-      e_.stats_.padded_rows += decode_bucket(rows, std::min(max_rows_, cache_.num_slots())) - rows;
+      e_.stats_.padded_rows += bucketed_->padded_rows() - padded;
       sample_and_accept(logits, live_);
     } else {
       const at::Tensor hidden = e_.model_->decode_slots(torch::tensor(inputs, torch::kLong).to(device_), cache_);
