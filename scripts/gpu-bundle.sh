@@ -25,8 +25,8 @@ BUILD_DIR=$(realpath -m "${1:-$ROOT/build-gpu}")
 OUT=$(realpath -m "${2:-$BUILD_DIR/grpo-gpu-bundle.tar.xz}")
 VENV="${GRPO_VENV:-$ROOT/.venv}"
 # What the check runs: the GPU tests, the programs of the LoRA parity cases (make-lora-parity-cases.sh),
-# grpo-run, and the side-by-side benchmark (bench/gpu).
-PROGRAMS=(grpo_gpu_tests grpo-run grpo-sft grpo-export grpo_bench_gpu_step)
+# grpo-run, and the benchmarks of bench/gpu.
+PROGRAMS=(grpo_gpu_tests grpo-run grpo-sft grpo-export grpo_bench_gpu_step grpo_bench_moe_experts)
 # Where a GPU machine has its own copy (GRPO_SYSTEM_LIBS).
 # shellcheck source=scripts/gpu-system-libs.sh
 . "$ROOT/scripts/gpu-system-libs.sh"

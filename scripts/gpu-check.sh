@@ -14,13 +14,14 @@
 #                    parity on the CPU; the benchmark's tiny CPU shape), and a check that every
 #                    library the programs load comes from the bundle, LibTorch/CUDA or the C/C++
 #                    runtime, as on a GPU machine without our Debian packages
-#   --skip-bench     leave the side-by-side benchmark out
+#   --skip-bench     leave the benchmarks out
 #
 # Steps, each timed: 1. the machine (GPUs, versions; the machine's PyTorch must be the bundle's);
 # 2. libraries resolve; 3. the GPU tests (none may be skipped on a GPU); 4. transformers parity of
 # every fixture family on the device (float32 logits, scripts/transformers_parity.py); 5. PEFT
 # parity of our LoRA files trained on the device (make-lora-parity-cases.sh, peft_parity.py);
-# 6. the side-by-side benchmark against Hugging Face (bench/gpu/run.sh). Later steps run when one
+# 6. the side-by-side benchmark against Hugging Face (bench/gpu/run.sh), then an MoE layer's
+# experts grouped against one by one (grpo_bench_moe_experts). Later steps run when one
 # fails; the summary lists every step's
 # result and time and the exit status is non-zero when one failed.
 # Environment: PYTHON (default python3; in a dry run the project's .venv/bin/python), WORK
@@ -178,6 +179,9 @@ if [ "$SKIP_BENCH" = 0 ]; then
   bench_args=(--device "$DEVICE" --python "$PYTHON" --repeats 2)
   [ "$DRY_RUN" = 1 ] && bench_args+=(--dry-run)
   run_step "GRPO step vs Hugging Face (bench/gpu)" "$ROOT/bench/gpu/run.sh" "$BIN_ROOT" "${bench_args[@]}"
+  moe_args=(--device "$DEVICE")
+  [ "$DRY_RUN" = 1 ] && moe_args+=(--dry-run)
+  run_step "MoE experts: grouped vs one by one (bench/gpu)" "$BIN_ROOT/bin/grpo_bench_moe_experts" "${moe_args[@]}"
 fi
 
 # ---- summary ----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/model/moe.h"
 #include "core/model/transformer.h"
 
 namespace grpo::core {
@@ -53,8 +54,17 @@ torch::Tensor CausalLMImpl::decode_slots_fixed(const torch::Tensor& input_ids, c
 std::string CausalLMImpl::fixed_decode_unsupported() const {
   if (rotary_.length_dependent() || (local_rotary_ && local_rotary_->length_dependent()))
     return "its RoPE scaling (dynamic NTK, longrope) depends on each call's largest position, read on the host";
-  if (config_.num_experts > 0)
-    return "its mixture-of-experts blocks cut each expert's tokens on the host";
+  // An MoE block whose experts run one by one (on the CPU; on CUDA where they cannot run grouped:
+  // this LibTorch, the GPU, the dtype under the current autocast, an adapter that is on;
+  // core/model/moe.h) cuts their slices on the host. Asked with an empty batch on the block's
+  // own device.
+  for (const auto& layer : *model->layers) {
+    const auto& moe = layer->as<DecoderLayer>()->moe;
+    if (!moe) continue;
+    const torch::Tensor& router = moe->gate->weight;
+    const std::string why = experts_run_looped(moe->experts, torch::empty({0, router.size(1)}, router.options()));
+    if (!why.empty()) return "its mixture-of-experts blocks cut each expert's tokens on the host (" + why + ")";
+  }
   return "";
 }
 

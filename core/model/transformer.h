@@ -63,6 +63,7 @@ class MLPImpl : public torch::nn::Module {
  public:
   MLPImpl(const ModelConfig& config, int64_t layer_index, int64_t intermediate_size);
   torch::Tensor forward(const torch::Tensor& x);
+  Activation activation() const { return act_; }
   Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   Projection gate_up_proj{nullptr};  // fused_gate_up instead of gate/up
 
@@ -76,7 +77,9 @@ TORCH_MODULE(MLP);
 // in bf16 that flips near-tied routing, see forward()), the top num_experts_per_tok kept (renormalized when
 // norm_topk_prob) and cast to the hidden dtype, each token's experts' outputs summed with those
 // weights; plus, when configured, a shared expert scaled by sigmoid(shared_expert_gate(x)).
-// Each expert runs once per pass on the tokens routed to it.
+// Each expert runs once per pass on the tokens routed to it: on CUDA all of them in one grouped
+// matrix product per projection where LibTorch has one, else one after the other (core/model/moe.h).
+// Defined in core/model/moe.cpp.
 class SparseMoeBlockImpl : public torch::nn::Module {
  public:
   SparseMoeBlockImpl(const ModelConfig& config, int64_t layer_index);
@@ -195,7 +198,9 @@ class CausalLMImpl : public torch::nn::Module {
   // fixed_decode_unsupported() is empty.
   torch::Tensor decode_slots_fixed(const torch::Tensor& input_ids, const torch::Tensor& past, SlotKVCache& cache);
   // Why this model cannot take fixed-shape decode steps ("" when it can): a pass that reads
-  // the device from the host (MoE routing, length-dependent RoPE).
+  // the device from the host (MoE experts that run one by one there: on the CPU, and on CUDA
+  // where they cannot run as grouped matrix products, core/model/moe.h; length-dependent RoPE). It depends on the weights' device and dtype, the
+  // autocast state and whether LoRA adapters are on, as they are when it is asked.
   std::string fixed_decode_unsupported() const;
 
   // The LM head's weight [vocab, hidden] (the embedding matrix when tied). A sequence-classification
