@@ -8,7 +8,6 @@
 #include <torch/version.h>
 
 #include "core/model/device_info.h"
-#include "core/model/lora.h"
 #include "core/model/precision.h"
 #include "core/model/transformer.h"
 
@@ -22,11 +21,6 @@ namespace {
 
 const MLPImpl& expert_at(const torch::nn::ModuleList& experts, std::size_t e) {
   return *experts->ptr(e)->as<MLPImpl>();
-}
-
-bool adapter_on(const Projection& p) {
-  const LoraAdapter* lora = p ? p->lora() : nullptr;
-  return lora && lora->enabled && lora->enabled->load(std::memory_order_relaxed);
 }
 
 torch::Tensor activate(Activation act, const torch::Tensor& gate) {
@@ -70,7 +64,7 @@ std::string grouped_experts_unsupported(const torch::nn::ModuleList& experts, co
   for (std::size_t e = 0; e < experts->size(); ++e) {
     const MLPImpl& mlp = expert_at(experts, e);
     for (const Projection* p : {&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj}) {
-      if (adapter_on(*p)) return "a LoRA adapter on its experts is on";
+      if ((*p)->lora_on()) return "a LoRA adapter on its experts is on";
       if ((*p)->bias.defined()) return "its experts' projections have biases";
     }
   }

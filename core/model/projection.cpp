@@ -27,9 +27,11 @@ const char* projection_name(ProjectionRole role) {
 ProjectionImpl::ProjectionImpl(const ProjectionSpec& spec)
     : torch::nn::LinearImpl(torch::nn::LinearOptions(spec.in_features, spec.out_features).bias(spec.bias)), spec_(spec) {}
 
+bool ProjectionImpl::lora_on() const { return lora_ && lora_->enabled->load(std::memory_order_relaxed); }
+
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = torch::nn::functional::linear(x, weight, bias);
-  if (lora_ && lora_->enabled->load(std::memory_order_relaxed)) y = lora_->apply(x, y, is_training());
+  if (lora_on()) y = lora_->apply(x, y, is_training());
   return y;
 }
 
@@ -39,7 +41,7 @@ torch::Tensor ProjectionImpl::forward_float32(const torch::Tensor& x) {
   // .to() of float32 weights is the weight itself (no copy); bf16 ones are widened exactly.
   torch::Tensor y = torch::nn::functional::linear(x32, weight.to(torch::kFloat32),
                                                   bias.defined() ? bias.to(torch::kFloat32) : bias);
-  if (lora_ && lora_->enabled->load(std::memory_order_relaxed)) y = lora_->apply(x32, y, is_training());
+  if (lora_on()) y = lora_->apply(x32, y, is_training());
   return y;
 }
 

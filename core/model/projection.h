@@ -54,6 +54,8 @@ class ProjectionImpl : public torch::nn::LinearImpl {
   // LoraAdapters (core/model/lora.h) attaches and detaches adapters; nullptr detaches.
   void set_lora(std::shared_ptr<const LoraAdapter> adapter) { lora_ = std::move(adapter); }
   const LoraAdapter* lora() const { return lora_.get(); }
+  // Whether an attached adapter is switched on: forward() then adds its update.
+  bool lora_on() const;
 
  private:
   ProjectionSpec spec_;
