@@ -135,7 +135,14 @@ struct BucketedDecoder::Graphs {
   // before the next), held for the decoder's life: graphs captured again after a key change
   // reuse its blocks, where a pool id whose graphs were all destroyed is retired.
   std::optional<at::cuda::MemPool> pool;
-  std::map<std::int64_t, Captured> by_bucket;  // destroyed before the pool
+  // A one-kernel graph captured into the pool first and kept for the decoder's life. MemPool
+  // holds the device allocator's side of the pool; the pinned host allocator (LibTorch 2.11)
+  // counts the pool's users by its graphs alone, and a capture into a pool whose graphs were
+  // all destroyed (every recapture after a key change) fails its internal assert
+  // (CachingHostAllocator.h, use_count > 0). This graph keeps that count above zero.
+  std::unique_ptr<at::cuda::CUDAGraph> anchor;
+  at::Tensor anchor_target;  // what the anchor's kernel writes: allocated outside the pool
+  std::map<std::int64_t, Captured> by_bucket;  // destroyed before the anchor and the pool
   std::optional<c10::cuda::CUDAStream> stream;  // capture needs a stream other than the default
   std::size_t key = 0;
 };
@@ -217,6 +224,14 @@ at::Tensor BucketedDecoder::step(core::CausalLMImpl& model, core::SlotKVCache& c
     logits.record_stream(current);  // read there next
     captured.graph = std::make_unique<at::cuda::CUDAGraph>();
     try {
+      if (!g.anchor) {
+        g.anchor_target = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_));
+        auto anchor = std::make_unique<at::cuda::CUDAGraph>();
+        anchor->capture_begin(g.pool->id(), cudaStreamCaptureModeThreadLocal);
+        g.anchor_target.zero_();  // one kernel: an empty graph warns
+        anchor->capture_end();
+        g.anchor = std::move(anchor);
+      }
       // Thread-local mode: a training thread using the device meanwhile (asynchronous
       // rollouts) is not part of the capture and must not invalidate it.
       captured.graph->capture_begin(g.pool->id(), cudaStreamCaptureModeThreadLocal);
