@@ -221,7 +221,7 @@ PeftAdapterConfig read_peft_adapter_config(const std::string& adapter_dir) {
   return out;
 }
 
-torch::Tensor LoraAdapter::apply(const torch::Tensor& x, const torch::Tensor& base, bool training) const {
+torch::Tensor LoraAdapter::apply(const torch::Tensor& x, torch::Tensor base, bool training) const {
   // PEFT casts the input to the adapter's dtype (float32 over a bf16 base) and the sum back.
   torch::Tensor in = x.scalar_type() == lora_A.scalar_type() ? x : x.to(lora_A.scalar_type());
   if (dropout > 0.0 && training && torch::GradMode::is_enabled()) {
@@ -235,10 +235,9 @@ torch::Tensor LoraAdapter::apply(const torch::Tensor& x, const torch::Tensor& ba
   }
   // B (A x) * scaling with the scale applied to the [.., r] intermediate: r columns, not out.
   const torch::Tensor delta = torch::nn::functional::linear(torch::nn::functional::linear(in, lora_A).mul(scaling), lora_B);
-  torch::Tensor out = base;
   // In place: a projection's output is not saved by its own backward, and a second tensor of
   // [tokens, out] per projection is what LoRA's memory saving would otherwise give back.
-  return out.add_(delta.scalar_type() == out.scalar_type() ? delta : delta.to(out.scalar_type()));
+  return base.add_(delta.scalar_type() == base.scalar_type() ? delta : delta.to(base.scalar_type()));
 }
 
 LoraAdapters::LoraAdapters(CausalLM model, LoraSettings settings, std::uint64_t seed)
@@ -256,8 +255,8 @@ LoraAdapters::LoraAdapters(CausalLM model, LoraSettings settings, std::uint64_t 
   at::Generator gen = at::detail::createCPUGenerator(seed);
   torch::NoGradGuard no_grad;
   for (const LoraTarget& t : targets_)
-    if (projections.count(t.module) && projections.at(t.module)->lora())
-      throw std::invalid_argument(t.module + " has a LoRA adapter attached already (one LoraAdapters per model)");
+    if (projections.count(t.module) && projections.at(t.module)->hook())
+      throw std::invalid_argument(t.module + " has an adapter attached already (one LoraAdapters per model)");
   for (const LoraTarget& t : targets_) {
     const auto it = projections.find(t.module);
     if (it == projections.end()) throw std::logic_error("LoRA target " + t.module + " is not a projection of the model");
@@ -279,7 +278,7 @@ LoraAdapters::LoraAdapters(CausalLM model, LoraSettings settings, std::uint64_t 
     adapter->dropout = settings_.lora_dropout;
     adapter->enabled = enabled_;
     adapter->dropout_generator = dropout_generator_;
-    proj->set_lora(adapter);
+    proj->set_hook(adapter);
     slots_.push_back({t, proj, std::move(adapter)});
   }
   for (auto& p : model_->parameters()) p.set_requires_grad(false);
@@ -289,7 +288,7 @@ LoraAdapters::~LoraAdapters() { detach(); }
 
 void LoraAdapters::detach() {
   if (slots_.empty()) return;
-  for (auto& slot : slots_) slot.projection->set_lora(nullptr);
+  for (auto& slot : slots_) slot.projection->set_hook(nullptr);
   slots_.clear();
   for (auto& p : model_->parameters()) p.set_requires_grad(true);
 }

@@ -95,8 +95,9 @@ PeftAdapterConfig read_peft_adapter_config(const std::string& adapter_dir);
 void check_peft_tensors(const ModelConfig& config, const LoraSettings& settings, const NamedTensorList& tensors,
                         const std::string& source);
 
-// A single LoRA adapter of one projection. Its tensors are the trained parameters.
-struct LoraAdapter {
+// A single LoRA adapter of one projection, attached as its hook. Its tensors are the trained
+// parameters.
+struct LoraAdapter : ProjectionHook {
   torch::Tensor lora_A;  // [r, in] float32
   torch::Tensor lora_B;  // [out, r] float32
   double scaling = 1.0;
@@ -107,10 +108,16 @@ struct LoraAdapter {
   // that draws random numbers, and a resumed run draws the masks the uninterrupted one would.
   std::shared_ptr<at::Generator> dropout_generator;
 
-  // `base` (= the projection's W x + b) plus the adapter's update for input `x`. Dropout is
-  // applied only to a pass that trains (`training` and autograd on), never to log-probs
-  // computed under no-grad or to generation.
-  torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& base, bool training) const;
+  // Switched on (LoraAdapters::set_enabled, AdaptersOff).
+  bool active() const override { return enabled && enabled->load(std::memory_order_relaxed); }
+  // `base` (= the projection's W x + b) plus the adapter's update for input `x`, added in place.
+  // Dropout is applied only to a pass that trains (`training` and autograd on), never to
+  // log-probs computed under no-grad or to generation.
+  torch::Tensor apply(const torch::Tensor& x, torch::Tensor base, bool training) const override;
+  // The dropout generator when dropout is on.
+  const at::Generator* training_generator() const override {
+    return dropout > 0.0 && dropout_generator ? dropout_generator.get() : nullptr;
+  }
 };
 
 // An adapter_config.json that describes other adapters than the ones at hand: `key` is the

@@ -64,7 +64,7 @@ std::string grouped_experts_unsupported(const torch::nn::ModuleList& experts, co
   for (std::size_t e = 0; e < experts->size(); ++e) {
     const MLPImpl& mlp = expert_at(experts, e);
     for (const Projection* p : {&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj}) {
-      if ((*p)->lora_on()) return "a LoRA adapter on its experts is on";
+      if ((*p)->hook_active()) return "an adapter on its experts is on";
       if ((*p)->bias.defined()) return "its experts' projections have biases";
     }
   }

@@ -12,7 +12,7 @@
 //    CPU (no host read to save there, and the stack would copy every expert's weights: twice
 //    the time of a 32-row decode step on Qwen3-30B-A3B's layer), with LibTorch before 2.9, on
 //    other GPUs and dtypes, and when an expert's projections carry what the stack leaves out (a
-//    LoRA adapter that is on, biases, fused gate/up).
+//    hook that is active, e.g. a LoRA adapter switched on; biases; fused gate/up).
 #pragma once
 
 #include <torch/torch.h>
@@ -25,7 +25,7 @@ namespace grpo::core {
 bool grouped_experts_compiled();
 
 // Why `experts` (a ModuleList of MLP) cannot run grouped on rows like `routed`; empty when
-// they can. Checked on every pass: LoRA adapters are switched on and off at run time.
+// they can. Checked on every pass: projection hooks (LoRA adapters) are switched on and off at run time.
 std::string grouped_experts_unsupported(const torch::nn::ModuleList& experts, const torch::Tensor& routed);
 
 // Why SparseMoeBlock runs `experts` one by one on rows like `routed` (cutting their slices on

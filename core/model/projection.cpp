@@ -1,6 +1,7 @@
 #include "core/model/projection.h"
 
-#include "core/model/lora.h"
+#include <stdexcept>
+
 #include "core/model/precision.h"
 
 namespace grpo::core {
@@ -27,11 +28,16 @@ const char* projection_name(ProjectionRole role) {
 ProjectionImpl::ProjectionImpl(const ProjectionSpec& spec)
     : torch::nn::LinearImpl(torch::nn::LinearOptions(spec.in_features, spec.out_features).bias(spec.bias)), spec_(spec) {}
 
-bool ProjectionImpl::lora_on() const { return lora_ && lora_->enabled->load(std::memory_order_relaxed); }
+void ProjectionImpl::set_hook(std::shared_ptr<const ProjectionHook> hook) {
+  if (hook && hook_)
+    throw std::logic_error(std::string("projection ") + projection_name(spec_.role) + " of layer " +
+                           std::to_string(spec_.layer) + " has a hook attached already (detach it first)");
+  hook_ = std::move(hook);
+}
 
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = torch::nn::functional::linear(x, weight, bias);
-  if (lora_on()) y = lora_->apply(x, y, is_training());
+  if (hook_active()) y = hook_->apply(x, std::move(y), is_training());
   return y;
 }
 
@@ -41,7 +47,7 @@ torch::Tensor ProjectionImpl::forward_float32(const torch::Tensor& x) {
   // .to() of float32 weights is the weight itself (no copy); bf16 ones are widened exactly.
   torch::Tensor y = torch::nn::functional::linear(x32, weight.to(torch::kFloat32),
                                                   bias.defined() ? bias.to(torch::kFloat32) : bias);
-  if (lora_on()) y = lora_->apply(x32, y, is_training());
+  if (hook_active()) y = hook_->apply(x32, std::move(y), is_training());
   return y;
 }
 

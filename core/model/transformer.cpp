@@ -8,7 +8,6 @@
 
 #include "core/model/activation_checkpoint.h"
 #include "core/model/backward_callback.h"
-#include "core/model/lora.h"
 
 namespace grpo::core {
 
@@ -271,16 +270,18 @@ RotaryTables CausalLMImpl::rotary_tables(const torch::Tensor& position_ids) cons
 
 namespace {
 
-// The dropout generators of the LoRA adapters inside `module` (one per model, shared).
-std::vector<at::Generator> lora_dropout_generators(torch::nn::Module& module) {
+// The generators the projection hooks inside `module` draw from in a training pass (a LoRA
+// adapter's dropout; the adapters of one model share one), each once.
+std::vector<at::Generator> hook_training_generators(torch::nn::Module& module) {
   std::vector<at::Generator> generators;
   for (const auto& m : module.modules()) {
     const auto* projection = dynamic_cast<const ProjectionImpl*>(m.get());
-    const LoraAdapter* lora = projection ? projection->lora() : nullptr;
-    if (!lora || lora->dropout <= 0.0 || !lora->dropout_generator) continue;
+    const ProjectionHook* hook = projection ? projection->hook() : nullptr;
+    const at::Generator* generator = hook ? hook->training_generator() : nullptr;
+    if (!generator) continue;
     bool seen = false;
-    for (const auto& g : generators) seen = seen || g == *lora->dropout_generator;
-    if (!seen) generators.push_back(*lora->dropout_generator);
+    for (const auto& g : generators) seen = seen || g == *generator;
+    if (!seen) generators.push_back(*generator);
   }
   return generators;
 }
@@ -332,7 +333,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& input_ids, const 
       auto decoder_layer = std::dynamic_pointer_cast<DecoderLayerImpl>(layer);
       h = checkpointed([decoder_layer, rotary, context](const torch::Tensor& x) {
         return decoder_layer->forward(x, rotary, context);
-      }, h, lora_dropout_generators(*decoder_layer));
+      }, h, hook_training_generators(*decoder_layer));
     }
     if (residency) {
       h = call_in_backward(h, [residency, i] { residency->acquire(i); });  // before the layer's backward

@@ -7,7 +7,6 @@
 #include <map>
 #include <stdexcept>
 
-#include "core/model/lora.h"
 #include "core/model/precision.h"
 #include "core/model/projection.h"
 #include "grpo/sdk/log.h"
@@ -88,7 +87,7 @@ namespace {
 
 // What a captured graph addresses: the cache's buffers, the parameters' and buffers' storage,
 // and the host state that picks the kernels (autocast, the attention backend, deterministic
-// algorithms, whether LoRA adapters apply). Weights loaded
+// algorithms, whether the projections' hooks, LoRA adapters say, apply). Weights loaded
 // into new tensors or a regrown cache change it and the graphs are captured again; weights
 // updated in place (the optimizer) do not need that: a replay reads them where they are.
 std::size_t graph_key(core::CausalLMImpl& model, const core::SlotKVCache& cache) {
@@ -108,8 +107,8 @@ std::size_t graph_key(core::CausalLMImpl& model, const core::SlotKVCache& cache)
   mix(at::globalContext().deterministicAlgorithms() ? 1 : 0);
   for (const auto& m : model.modules(/*include_self=*/false)) {
     const auto* projection = dynamic_cast<const core::ProjectionImpl*>(m.get());
-    const core::LoraAdapter* lora = projection ? projection->lora() : nullptr;
-    if (lora) mix(lora->enabled && lora->enabled->load() ? 3 : 2);
+    const core::ProjectionHook* hook = projection ? projection->hook() : nullptr;
+    if (hook) mix(hook->active() ? 3 : 2);
   }
   return h;
 }
