@@ -39,7 +39,7 @@
 #include "core/model/logprobs.h"
 #include "core/model/transformer.h"
 #include "core/runtime/threads.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 
 namespace {
 

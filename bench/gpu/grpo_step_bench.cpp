@@ -60,7 +60,7 @@
 #include "core/model/model_config.h"
 #include "core/model/precision.h"
 #include "core/model/transformer.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "core/train/policy_update.h"
 #include "core/train/rollout_batch.h"
 #include "core/train/rollout_worker.h"

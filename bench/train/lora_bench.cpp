@@ -49,7 +49,7 @@
 #include "core/model/model_config.h"
 #include "core/model/transformer.h"
 #include "core/runtime/threads.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "core/train/packing.h"
 
 namespace {

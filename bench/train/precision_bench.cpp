@@ -76,7 +76,7 @@
 #include "core/model/precision.h"
 #include "core/model/transformer.h"
 #include "core/runtime/threads.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "core/train/packing.h"
 
 namespace {

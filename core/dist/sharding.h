@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "core/model/transformer.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 
 namespace grpo::core::dist {
 

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <filesystem>
 
-#include "core/tools/tool_call_parser.h"
+#include "core/runtime/tool_schema.h"
 #include "grpo/sdk/config_view.h"
 #include "grpo/sdk/torch/advantage.h"
 #include "grpo/sdk/torch/kl_estimator.h"

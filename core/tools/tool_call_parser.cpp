@@ -16,12 +16,6 @@ constexpr std::string_view kHermesClose = "</tool_call>";
 // Calls longer than this are not parsed (a runaway generation inside a tag).
 constexpr std::size_t kMaxShownRaw = 200;
 
-const char* const kJsonTypes[] = {"string", "number", "integer", "boolean", "object", "array", "null"};
-
-bool is_json_type_name(const std::string& t) {
-  return std::find(std::begin(kJsonTypes), std::end(kJsonTypes), t) != std::end(kJsonTypes);
-}
-
 bool has_json_type(const json& v, const std::string& t) {
   if (t == "string") return v.is_string();
   if (t == "number") return v.is_number();
@@ -66,33 +60,6 @@ std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name) 
 
 const char* tool_call_format_name(ToolCallFormat format) {
   return format == ToolCallFormat::kHermes ? "hermes" : "legacy";
-}
-
-std::optional<std::string> tool_schema_problem(const json& schema) {
-  if (!schema.is_object()) return std::string("the parameters schema is not a JSON object");
-  if (schema.contains("type") && schema["type"] != "object")
-    return "the parameters schema's type is " + schema["type"].dump() + ", expected \"object\"";
-  json properties = schema.value("properties", json::object());
-  if (!properties.is_object()) return std::string("the schema's `properties` is not an object");
-  for (const auto& [name, spec] : properties.items()) {
-    if (!spec.is_object()) return "property '" + name + "' is not a schema object";
-    if (!spec.contains("type")) continue;
-    const json& type = spec["type"];
-    std::vector<json> types = type.is_array() ? std::vector<json>(type.begin(), type.end()) : std::vector<json>{type};
-    for (const json& t : types)
-      if (!t.is_string() || !is_json_type_name(t.get<std::string>()))
-        return "property '" + name + "' has type " + t.dump() + "; expected one of string, number, integer, boolean, object, array, null";
-  }
-  if (schema.contains("required")) {
-    const json& required = schema["required"];
-    if (!required.is_array()) return std::string("the schema's `required` is not a list");
-    for (const json& r : required) {
-      if (!r.is_string()) return "`required` holds " + r.dump() + ", not a property name";
-      if (!properties.contains(r.get<std::string>()))
-        return "`required` names '" + r.get<std::string>() + "', which is not among the properties";
-    }
-  }
-  return std::nullopt;
 }
 
 std::optional<std::string> legacy_argument_name(const json& schema) {

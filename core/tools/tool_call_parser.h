@@ -25,6 +25,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/runtime/tool_schema.h"
+
 namespace grpo::core {
 
 enum class ToolCallFormat { kHermes, kLegacy };
@@ -38,10 +40,6 @@ struct ToolSignature {
   std::string name;
   nlohmann::ordered_json parameters = nlohmann::ordered_json::object();
 };
-
-// Why `schema` cannot describe a tool's arguments (not an object schema, `required` not a list
-// of strings naming properties, a property whose `type` is unknown), or nullopt.
-std::optional<std::string> tool_schema_problem(const nlohmann::ordered_json& schema);
 
 // The schema's one required property of type string, which a legacy call's body binds to;
 // nullopt when the schema has none or several.

@@ -11,7 +11,6 @@
 
 #include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
-#include "core/train/trainer_settings.h"
 #include "grpo/sdk/config_view.h"
 
 namespace grpo::core {
@@ -268,13 +267,13 @@ json tool_schemas(const std::vector<ToolSlot>& tools) {
   return out;
 }
 
-std::unique_ptr<ToolRollout> make_tool_rollout(const RuntimeComponents& components, const TrainerSettings& settings,
-                                               const Tokenizer& tokenizer) {
-  if (components.tools.empty()) return nullptr;
-  const ChatTemplate chat_template = ChatTemplate::resolve(settings.chat_template, tokenizer);
-  const bool plain = chat_template.builtin_name() == "none";
+std::unique_ptr<ToolRollout> make_tool_rollout(const std::vector<ToolSlot>& tools, const ToolRolloutSettings& settings,
+                                               const std::string& chat_template, const Tokenizer& tokenizer) {
+  if (tools.empty()) return nullptr;
+  const ChatTemplate resolved = ChatTemplate::resolve(chat_template, tokenizer);
+  const bool plain = resolved.builtin_name() == "none";
   try {
-    return std::make_unique<ToolRollout>(components.tools, settings.tools, tokenizer, plain ? nullptr : &chat_template);
+    return std::make_unique<ToolRollout>(tools, settings, tokenizer, plain ? nullptr : &resolved);
   } catch (const std::invalid_argument& e) {
     throw sdk::ConfigError(std::string("rollout.tools.parser: ") + e.what());
   }

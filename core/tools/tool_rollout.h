@@ -29,7 +29,7 @@
 #include "core/runtime/components.h"
 #include "core/tools/tool_call_parser.h"
 #include "core/tools/tool_runner.h"
-#include "core/train/rollout_batch.h"
+#include "core/tools/tool_call_record.h"
 #include "grpo/sdk/torch/rollout_backend.h"
 
 namespace grpo::core {
@@ -125,13 +125,12 @@ class ToolRollout {
   ToolRolloutStats stats_;
 };
 
-struct TrainerSettings;
-
-// The tool rollout of a configuration: null without `tools`. The prompts' chat template
-// (settings.chat_template resolved against `tokenizer`; none for the `none` template) gives
-// the hermes observations their tool turn. Errors as ToolRollout's, as sdk::ConfigError naming
-// rollout.tools.parser.
-std::unique_ptr<ToolRollout> make_tool_rollout(const RuntimeComponents& components, const TrainerSettings& settings,
-                                               const Tokenizer& tokenizer);
+// The tool rollout of a configuration: null without tools (`tools`, created by the runtime).
+// `settings` are rollout.tools.*; the prompts' chat template (`chat_template`, the
+// tokenizer.chat_template setting, resolved against `tokenizer`; none for the `none` template)
+// gives the hermes observations their tool turn. Errors as ToolRollout's, as sdk::ConfigError
+// naming rollout.tools.parser.
+std::unique_ptr<ToolRollout> make_tool_rollout(const std::vector<ToolSlot>& tools, const ToolRolloutSettings& settings,
+                                               const std::string& chat_template, const Tokenizer& tokenizer);
 
 }  // namespace grpo::core

@@ -111,7 +111,7 @@ EvaluationResult run_evaluation(const TrainingJobSettings& job, const sdk::Confi
   }
   VerifierPool pool(job.rewards.num_threads, job.rewards.timeout_s);
   RolloutContext ctx(s, *components.rollout_backend, components.verifiers, job.rewards, pool);
-  std::unique_ptr<ToolRollout> tools = make_tool_rollout(components, s, tokenizer);
+  std::unique_ptr<ToolRollout> tools = make_tool_rollout(components.tools, s.tools, s.chat_template, tokenizer);
   ctx.tools = tools.get();
   ctx.backend_supports_turns = components.backend_supports_turns;
   EvaluationResult result;

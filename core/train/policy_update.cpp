@@ -14,7 +14,7 @@
 #include "core/model/logprobs.h"
 #include "core/train/metric_sums.h"
 #include "core/train/pending_metrics.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "core/train/packing.h"
 #include "grpo/sdk/torch/masked.h"
 

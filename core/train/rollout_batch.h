@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/data/example.h"
+#include "core/tools/tool_call_record.h"
 
 namespace grpo::core {
 
@@ -19,18 +20,6 @@ struct VerifierVerdict {
   bool failed = false;    // threw or timed out
   bool timed_out = false;
   std::string details;    // the verifier's details, or the error message
-};
-
-// One tool call of a multi-turn sample (core/tools/tool_rollout.h), for metrics and samples.jsonl.
-struct ToolCallRecord {
-  std::string tool;          // "" for a call that names no tool
-  std::string arguments;     // JSON text ("" for a malformed call)
-  std::string observation;   // the tool's text (or the error), before wrapping
-  bool is_error = false;     // malformed, failed, threw or timed out
-  bool malformed = false;    // never reached a tool
-  bool timed_out = false;
-  double seconds = 0.0;
-  std::int64_t observation_tokens = 0;  // tokens appended after the turn (on the turn's first call)
 };
 
 struct Sample {

@@ -16,7 +16,7 @@
 #include "core/data/dataset.h"
 #include "core/model/precision.h"
 #include "core/runtime/policy.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "grpo/sdk/config_value.h"
 
 namespace grpo::core {

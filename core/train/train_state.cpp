@@ -19,7 +19,7 @@
 #include "core/model/lora.h"
 #include "core/model/safetensors_torch.h"
 #include "core/tokenizer/tokenizer_files.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "core/util/fs.h"
 #include "core/util/json_limits.h"
 #include "core/util/strings.h"

@@ -25,7 +25,7 @@
 #include "core/model/checkpoint.h"
 #include "core/runtime/threads.h"
 #include "core/train/advantages.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "core/train/policy_update.h"
 #include "core/train/rollout_worker.h"
 #include "core/train/sample_log.h"
@@ -184,7 +184,7 @@ bool Trainer::prepare() {
   sampler_->set_position(state_.data);
   pool_ = std::make_unique<VerifierPool>(job_.rewards.num_threads, job_.rewards.timeout_s);
   ctx_ = std::make_unique<RolloutContext>(s_, *parts_.backend, components_.verifiers, job_.rewards, *pool_, dist_);
-  tools_ = make_tool_rollout(components_, s_, *policy_.tokenizer);
+  tools_ = make_tool_rollout(components_.tools, s_.tools, s_.chat_template, *policy_.tokenizer);
   ctx_->tools = tools_.get();
   ctx_->backend_supports_turns = components_.backend_supports_turns;
   if (job_.reward_model.enabled()) {

@@ -18,7 +18,7 @@
 #include "core/algo/algorithm_settings.h"
 #include "core/data/dataset.h"
 #include "core/tools/tool_rollout.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "core/train/policy_update.h"
 #include "core/train/reward_model.h"
 #include "core/train/rewards.h"

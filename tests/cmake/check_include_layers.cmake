@@ -3,8 +3,12 @@
 # Rules (a quoted project include "core/<folder>/..." counts; <...> system includes do not):
 #   - the model library (core/{util,model,tokenizer,jinja}) includes nothing else of core/: the
 #     native backend plugin links it alone; the Jinja engine (core/jinja) includes only core/util;
-#   - core/{util,config,plugin,model,tokenizer,data,algo,metrics} include nothing from
-#     core/{runtime,train,dist,app}: only the runtime and the trainer sit above them;
+#   - core/{util,config,plugin,model,tokenizer,data,algo,metrics,optim} include nothing from
+#     core/{runtime,tools,dist,train,app}: only the runtime and the trainer sit above them;
+#   - the top layers in one order, runtime < tools < dist < train: core/runtime includes nothing
+#     of core/{tools,dist,train}, core/tools nothing of core/{dist,train}, core/dist nothing of
+#     core/train (what two of them share sits in the lower one: the optimizer in core/optim, a
+#     tool's schema check in core/runtime, a tool call's record in core/tools);
 #   - LoRA sits on the model, not in it: no core/model file but lora.{h,cpp} includes
 #     core/model/lora.h (the model knows adapters only through ProjectionHook, projection.h);
 #   - nothing in core/ includes apps/ or plugins/; the SDK includes nothing of core/, apps/,
@@ -46,11 +50,14 @@ endforeach()
 check_folder("core/jinja" "^core/(model|tokenizer)/" "the Jinja engine sits below the tokenizer and the model")
 check_folder("core/model" "^core/model/lora\\.h$" "LoRA sits on the model: core/model knows adapters only through ProjectionHook"
              EXCEPT "^core/model/lora\\.(h|cpp)$")
-foreach(folder config plugin data algo metrics)
-  check_folder("core/${folder}" "^(core/(runtime|train|dist|app)/|apps/|plugins/)"
-               "core/${folder} sits below core/{runtime,train,dist,app}")
+foreach(folder config plugin data algo metrics optim)
+  check_folder("core/${folder}" "^(core/(runtime|tools|dist|train|app)/|apps/|plugins/)"
+               "core/${folder} sits below core/{runtime,tools,dist,train,app}")
 endforeach()
-foreach(folder runtime tools train dist app)
+check_folder("core/runtime" "^core/(tools|dist|train)/" "core/runtime sits below core/{tools,dist,train}")
+check_folder("core/tools" "^core/(dist|train)/" "core/tools sits below core/{dist,train}")
+check_folder("core/dist" "^core/train/" "core/dist sits below core/train")
+foreach(folder runtime tools dist train app)
   if(IS_DIRECTORY "${ROOT}/core/${folder}")
     check_folder("core/${folder}" "^(apps/|plugins/)" "core/ never includes apps/ or plugins/")
   endif()

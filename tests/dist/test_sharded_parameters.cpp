@@ -17,7 +17,7 @@
 #include "core/dist/sharding.h"
 #include "core/model/checkpoint.h"
 #include "core/model/transformer.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "tests/support/fixture_models.h"
 #include "tests/support/gloo_ranks.h"
 

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "tests/gpu/gpu_test_support.h"
 
 using grpo::testing::device_under_test;

@@ -13,7 +13,7 @@
 #include "core/model/logprobs.h"
 #include "core/model/model_config.h"
 #include "core/model/precision.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "core/train/packing.h"
 #include "tests/gpu/gpu_test_support.h"
 

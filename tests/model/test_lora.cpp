@@ -20,7 +20,7 @@
 #include "core/model/checkpoint.h"
 #include "core/model/lora.h"
 #include "core/model/transformer.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "core/util/fs.h"
 #include "tests/model/model_fixtures.h"
 #include "tests/support/error_of.h"

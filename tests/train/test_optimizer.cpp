@@ -6,7 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "tests/support/test_dir.h"
 
 namespace {

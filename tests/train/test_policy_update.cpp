@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/model/transformer.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "core/train/policy_update.h"
 #include "grpo/sdk/torch/kl_estimator.h"
 #include "grpo/sdk/torch/policy_loss.h"

@@ -17,7 +17,7 @@
 #include "core/config/config_loader.h"
 #include "core/data/dataset.h"
 #include "core/dist/process_group.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "core/train/policy_update.h"
 #include "core/train/reward_model.h"
 #include "core/train/rewards.h"

@@ -19,7 +19,7 @@
 
 #include "core/config/config_loader.h"
 #include "core/model/checkpoint.h"
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 #include "core/train/train_state.h"
 #include "core/util/fs.h"
 #include "tests/metrics/tfevents_reader.h"

@@ -1,4 +1,4 @@
-#include "core/train/optimizer.h"
+#include "core/optim/optimizer.h"
 
 #include <torch/version.h>
 
