@@ -38,8 +38,8 @@
 #include "core/dist/sharding.h"
 #include "core/model/logprobs.h"
 #include "core/model/transformer.h"
-#include "core/runtime/threads.h"
 #include "core/optim/optimizer.h"
+#include "core/runtime/threads.h"
 
 namespace {
 

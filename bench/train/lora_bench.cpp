@@ -48,8 +48,8 @@
 #include "core/model/lora.h"
 #include "core/model/model_config.h"
 #include "core/model/transformer.h"
-#include "core/runtime/threads.h"
 #include "core/optim/optimizer.h"
+#include "core/runtime/threads.h"
 #include "core/train/packing.h"
 
 namespace {

@@ -5,17 +5,16 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
-#include "core/dist/gradient_reducer.h"
-#include "core/dist/process_group.h"
-#include "core/dist/sharding.h"
+#include "core/dist/parallelism.h"
 #include "core/model/host_copy.h"
 #include "core/model/logprobs.h"
-#include "core/train/metric_sums.h"
-#include "core/train/pending_metrics.h"
 #include "core/optim/optimizer.h"
+#include "core/train/metric_sums.h"
 #include "core/train/packing.h"
+#include "core/train/pending_metrics.h"
 #include "grpo/sdk/torch/masked.h"
 
 namespace grpo::core {
@@ -248,7 +247,7 @@ std::vector<MiniBatch> plan_mini_batches(const std::vector<SampleRef>& all, std:
 
 // The denominators of the global batch: every rank's counts, summed (a float64 tensor on the
 // model's device, as the communicator's backend wants it).
-void sum_denominators_over_ranks(dist::Communicator& comm, std::vector<MiniBatch>& minis, const torch::Device& device) {
+void sum_denominators_over_ranks(dist::Parallelism& parallel, std::vector<MiniBatch>& minis, const torch::Device& device) {
   const auto n_mini = static_cast<std::int64_t>(minis.size());
   std::vector<double> values;
   for (const MiniBatch& mb : minis) {
@@ -258,7 +257,7 @@ void sum_denominators_over_ranks(dist::Communicator& comm, std::vector<MiniBatch
   }
   at::Tensor counts = torch::tensor(values, torch::TensorOptions().dtype(torch::kFloat64).device(device)).view({n_mini, 3});
   std::vector<at::Tensor> t{counts};
-  comm.all_reduce_sum(t, "loss denominators");
+  parallel.sum_over_ranks(t, "loss denominators");
   const at::Tensor summed = counts.to(torch::kCPU);  // read back on the host
   for (std::int64_t i = 0; i < n_mini; ++i) {
     MiniBatch& mb = minis[static_cast<std::size_t>(i)];
@@ -312,7 +311,7 @@ struct StepTotals {
   PendingMetrics pending;  // this optimizer step's values, still on the device
   double ratio_sum = 0.0, ratio_sq_sum = 0.0, ratio_tokens = 0.0;
   std::vector<double> norms_done;
-  double norm_attempt_sum = 0.0, allreduce_wait_s = 0.0;
+  double norm_attempt_sum = 0.0, gradient_wait_s = 0.0;
   std::int64_t attempts = 0, micro_batch_count = 0;
 };
 
@@ -322,7 +321,7 @@ struct PassContext {
   const UpdateComponents& components;
   const UpdateOptions& o;
   const StepLogprobs& lp;
-  const DataParallelUpdate* dp;
+  dist::Parallelism* dp;  // data parallel; null in one process
   torch::Device device;  // the policy's: every tensor of the loss lives there
   bool with_reference;
   double beta;           // KL coefficient in the loss (0 with KL in the reward)
@@ -430,32 +429,27 @@ torch::Tensor micro_batch_pass(const PassContext& c, const MiniBatch& mb, std::s
     if (!router_logits.empty()) {
       const ModelConfig& mc = c.policy->config();
       const torch::Tensor aux = load_balancing_loss(router_logits, mc.num_experts, mc.num_experts_per_tok);
-      const double ranks = c.dp ? static_cast<double>(c.dp->comm->world_size()) : 1.0;
+      const double ranks = c.dp ? static_cast<double>(c.dp->world_size()) : 1.0;
       loss = loss + aux * (o.router_aux_loss_coef / (static_cast<double>(mb.micro.size()) * ranks));
       t.pending.add("loss/router_aux_avg", t.pending.value(aux), t.pending.value(mask.sum()));
     }
   }
-  if (c.dp && last) c.dp->reducer->arm();
+  if (c.dp && last) c.dp->before_last_backward();
   if (loss.requires_grad()) loss.backward();
 
   add_micro_batch_metrics(c, mask, logp, old, ref, kl, policy_token_loss, fwd, pg, entropy_pass, t);
   return loss.detach();
 }
 
-// dist.sharding full: the most micro-batches any rank has in this mini-batch (every rank runs
-// that many passes; each pass gathers the layers, which are collectives).
-std::size_t padded_pass_count(dist::Communicator& comm, std::size_t mine) {
-  return static_cast<std::size_t>(comm.all_reduce_max(static_cast<double>(mine), "micro-batches per rank"));
-}
-
-// A forward and backward of one token with a zero loss: the gathers of a pass, no gradient.
+// A forward and backward of one token with a zero loss: a pass's collectives, no gradient
+// (the passes Parallelism::matched_passes adds).
 // `last` as for micro_batch_pass.
 void padding_pass(const PassContext& c, bool last) {
   const torch::Tensor ids = torch::zeros({1, 1}, torch::TensorOptions().dtype(torch::kLong).device(c.device));
   AttentionLayout layout = AttentionLayout::packed({1});
   layout.position_ids = layout.position_ids.to(c.device);
   const torch::Tensor loss = c.policy->forward(ids, layout).sum() * 0.0;
-  if (c.dp && last) c.dp->reducer->arm();
+  if (c.dp && last) c.dp->before_last_backward();
   loss.backward();
 }
 
@@ -464,9 +458,8 @@ void padding_pass(const PassContext& c, bool last) {
 void optimizer_step(const PassContext& c, torch::optim::Optimizer& optimizer, const std::function<void()>& after_optimizer_step,
                     double loss_sum, StepTotals& t, UpdateResult& result) {
   if (c.dp) {
-    c.dp->reducer->finish();  // .grad = the sum over ranks
-    t.allreduce_wait_s += c.dp->reducer->last_wait_seconds();
-    loss_sum = c.dp->comm->all_reduce_sum(loss_sum, "loss");  // every rank skips a non-finite step alike
+    t.gradient_wait_s += c.dp->finish_gradients();  // .grad = the sum over ranks
+    loss_sum = c.dp->sum_over_ranks(loss_sum, "loss");  // every rank skips a non-finite step alike
   }
   const double norm = clip_grad_norm(optimizer, c.o.max_grad_norm);
   ++t.attempts;
@@ -515,7 +508,7 @@ void write_metrics(const StepTotals& t, const std::vector<MiniBatch>& minis, con
   }
   out.emplace_back("other/packed_ratio", seqs > 0 ? rows / seqs : 0.0);
   out.emplace_back("other/pack_utilization", rows > 0 ? tokens / (rows * static_cast<double>(o.pack_length)) : 0.0);
-  if (data_parallel) out.emplace_back("time/gradient_allreduce", t.allreduce_wait_s);
+  if (data_parallel) out.emplace_back("time/gradient_allreduce", t.gradient_wait_s);
 }
 
 }  // namespace
@@ -527,27 +520,26 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
   const bool with_reference = needs_reference_model(o.kl);
 
   // ---- Mini-batches of whole groups; only trainable samples with response tokens are computed.
-  const DataParallelUpdate* dp = components.data_parallel;
-  if (dp && (!dp->comm || !dp->reducer || dp->first_group + groups.size() > dp->global_groups))
-    throw std::invalid_argument("update: inconsistent data-parallel settings (communicator, reducer, group range)");
-  const std::size_t first_group = dp ? dp->first_group : 0;  // global index of groups[0]
-  const std::size_t global_groups = dp ? dp->global_groups : groups.size();
+  dist::Parallelism* dp = components.parallelism;
+  if (dp && (!dp->data_parallel() || components.first_group + groups.size() > components.global_groups))
+    throw std::invalid_argument("update: inconsistent data-parallel settings (parallelism, group range)");
+  const std::size_t first_group = dp ? components.first_group : 0;  // global index of groups[0]
+  const std::size_t global_groups = dp ? components.global_groups : groups.size();
   const torch::Device device = policy->lm_head_weight().device();
   std::vector<const SampleRef*> trained;  // every computed sample of the step
   std::vector<MiniBatch> minis = plan_mini_batches(all, first_group, global_groups, o, &trained);
-  if (dp && !minis.empty()) sum_denominators_over_ranks(*dp->comm, minis, device);
+  if (dp && !minis.empty()) sum_denominators_over_ranks(*dp, minis, device);
 
-  // ---- Old, rollout and reference log-probs (dist.sharding full: with the policy held whole, the
-  // ranks' counts of these passes differ).
-  dist::ShardedParameters* sharded = dp ? dp->sharded_parameters : nullptr;
+  // ---- Old, rollout and reference log-probs, with the whole policy on every rank (the ranks'
+  // counts of these passes differ).
   StepLogprobs lp;
   {
     // Only when a no-grad pass of the policy runs (the old log-probs, or the reference = the
-    // policy without its LoRA adapters), decided alike on every rank (o.stale is this rank's).
-    bool policy_passes = sharded && (recomputes_old_logprobs(o, minis.size()) ||
-                                     (with_reference && components.reference_adapters_off != nullptr));
-    if (sharded) policy_passes = dp->comm->all_reduce_max(policy_passes ? 1.0 : 0.0, "no-grad policy passes") > 0.0;
-    const dist::ShardedParameters::Hold whole(policy_passes ? sharded : nullptr);
+    // policy without its LoRA adapters); any rank's need is every rank's (o.stale is this rank's).
+    const bool policy_passes =
+        recomputes_old_logprobs(o, minis.size()) || (with_reference && components.reference_adapters_off != nullptr);
+    std::optional<dist::Parallelism::WholeModel> whole;
+    if (dp) whole.emplace(dp->whole_model_if_any_rank(policy_passes, "no-grad policy passes"));
     lp = old_and_reference_logprobs(policy, components, o, minis.size(), all.size(), trained);
   }
 
@@ -578,7 +570,7 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
       {
         // bf16-mixed: the micro-batches' forward and backward in bf16 (core/model/precision.h).
         const ComputePrecisionScope precision(o.precision, device);
-        const std::size_t passes = sharded ? padded_pass_count(*dp->comm, mb.micro.size()) : mb.micro.size();
+        const std::size_t passes = dp ? dp->matched_passes(mb.micro.size()) : mb.micro.size();
         for (std::size_t i = 0; i < passes; ++i) {
           if (i < mb.micro.size())
             loss_sum = loss_sum + micro_batch_pass(c, mb, i, entropy_pass, totals, i + 1 == passes).to(torch::kDouble);
@@ -595,7 +587,7 @@ UpdateResult update_policy(CausalLM& policy, torch::optim::Optimizer& optimizer,
   }
   optimizer.zero_grad();
   policy->zero_grad(/*set_to_none=*/true);  // frees the gradient memory between steps
-  if (sharded) sharded->free_all();          // what the passes left gathered (the embeddings and head)
+  if (dp) dp->after_update();
 
   write_metrics(totals, minis, o, dp != nullptr, result);
   return result;

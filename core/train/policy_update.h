@@ -32,9 +32,7 @@
 namespace grpo::core {
 
 namespace dist {
-class Communicator;
-class GradientReducer;
-class ShardedParameters;
+class Parallelism;
 }  // namespace dist
 
 // train.old_logprobs: where the ratio's denominator comes from.
@@ -66,21 +64,6 @@ struct UpdateOptions {
   double router_aux_loss_coef = 0.0;
 };
 
-// Data-parallel training (core/dist): this rank holds groups [first_group, first_group +
-// groups.size()) of the step's global_groups (rank order). Mini-batches are split over the
-// GLOBAL group list, exactly as one process would split it; loss denominators are summed over
-// ranks and gradients all-reduced (summed) before clipping, so every rank takes the optimizer
-// step of the global batch. Every rank must call update_policy, also with no group of its own.
-struct DataParallelUpdate {
-  dist::Communicator* comm = nullptr;
-  dist::GradientReducer* reducer = nullptr;
-  // dist.sharding full: the policy's sharded values. Every rank then runs as many forward and
-  // backward passes per mini-batch as the rank with the most (zero-loss padding passes), since
-  // each pass gathers the layers (collectives), and no-grad passes run with the model held whole.
-  dist::ShardedParameters* sharded_parameters = nullptr;
-  std::size_t first_group = 0, global_groups = 0;
-};
-
 struct UpdateComponents {
   const sdk::PolicyLoss* policy_loss = nullptr;    // required
   const sdk::KlEstimator* kl_estimator = nullptr;  // required when kl.kl_coef != 0
@@ -88,7 +71,14 @@ struct UpdateComponents {
   // Set when `reference` is the policy itself with LoRA adapters (model.lora): its reference
   // log-probs are computed with these adapters switched off, i.e. by the base model.
   LoraAdapters* reference_adapters_off = nullptr;
-  const DataParallelUpdate* data_parallel = nullptr;  // null: one process
+  // Data-parallel training (core/dist/parallelism.h; null: one process): this rank holds groups
+  // [first_group, first_group + groups.size()) of the step's global_groups (rank order).
+  // Mini-batches are split over the GLOBAL group list, exactly as one process would split it;
+  // loss denominators are summed over ranks and gradients summed before clipping, so every rank
+  // takes the optimizer step of the global batch. Every rank must call update_policy, also with
+  // no group of its own; each runs the passes the parallelism matches across ranks.
+  dist::Parallelism* parallelism = nullptr;
+  std::size_t first_group = 0, global_groups = 0;
 };
 
 struct UpdateResult {

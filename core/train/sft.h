@@ -15,8 +15,8 @@
 
 #include "core/data/dataset.h"
 #include "core/model/precision.h"
-#include "core/runtime/policy.h"
 #include "core/optim/optimizer.h"
+#include "core/runtime/policy.h"
 #include "grpo/sdk/config_value.h"
 
 namespace grpo::core {

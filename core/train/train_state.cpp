@@ -13,13 +13,14 @@
 #include <vector>
 
 #include "core/config/config_access.h"
+#include "core/dist/parallelism.h"
 #include "core/metrics/crc32c.h"
 #include "core/model/checkpoint.h"
 #include "core/model/checkpoint_dirs.h"
 #include "core/model/lora.h"
 #include "core/model/safetensors_torch.h"
-#include "core/tokenizer/tokenizer_files.h"
 #include "core/optim/optimizer.h"
+#include "core/tokenizer/tokenizer_files.h"
 #include "core/util/fs.h"
 #include "core/util/json_limits.h"
 #include "core/util/strings.h"
@@ -437,6 +438,22 @@ TrainerState load_checkpoint(const std::string& dir, const CheckpointContents& c
   read_checkpoint(dir, c, data);
   restore_checkpoint(dir, data, c);
   return data.state;
+}
+
+void save_training_checkpoint(dist::Parallelism& parallel, const std::string& run_dir, const TrainerState& state,
+                              const CheckpointContents& contents, std::int64_t keep_last) {
+  if (!parallel.optimizer_per_rank()) {
+    if (parallel.is_main()) save_checkpoint(run_dir, state, contents, keep_last);  // every rank holds the same weights and state
+    return;
+  }
+  const auto whole = parallel.whole_model();  // rank 0 writes the whole model
+  const std::string at = "checkpoint " + std::to_string(state.step);
+  if (parallel.is_main()) prepare_optimizer_shards(run_dir, state.step);
+  parallel.barrier(at + ": folder prepared");
+  save_optimizer_shard(run_dir, state.step, *contents.optimizer, parallel.rank(), parallel.world_size());
+  parallel.barrier(at + ": optimizer shards written");
+  if (parallel.is_main()) save_checkpoint(run_dir, state, contents, keep_last);
+  parallel.barrier(at + ": complete");
 }
 
 bool resume_from_checkpoint(const sdk::ConfigValue& config, const std::string& run_dir, std::uint64_t seed,

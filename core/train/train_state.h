@@ -36,6 +36,9 @@
 namespace grpo::core {
 
 class Tokenizer;
+namespace dist {
+class Parallelism;
+}  // namespace dist
 
 // One file of a checkpoint folder as trainer_state.json records it.
 struct CheckpointFile {
@@ -96,6 +99,14 @@ void save_optimizer_shard(const std::string& run_dir, std::int64_t step, torch::
 // cause; the staging folder is removed and the earlier checkpoints are untouched.
 TrainerState save_checkpoint(const std::string& run_dir, const TrainerState& state, const CheckpointContents& contents,
                              std::int64_t keep_last);
+
+// The checkpoint of state.step as the run's parallelism writes it (core/dist/parallelism.h):
+// rank 0 alone where every rank holds the same state; where each rank holds its part of the
+// optimizer, rank 0 prepares the folder, every rank writes its part, rank 0 completes it with
+// the whole model, and no rank goes on before the checkpoint is complete (a failure is
+// announced to the others). Errors as save_checkpoint's. Collective under data parallel.
+void save_training_checkpoint(dist::Parallelism& parallel, const std::string& run_dir, const TrainerState& state,
+                              const CheckpointContents& contents, std::int64_t keep_last);
 
 // Resume (run.resume, run.resume_from): restores `state` and `contents` and returns true (logged).
 //   step == 0: the newest complete checkpoint of run_dir; one that cannot be loaded (a missing

@@ -17,19 +17,17 @@
 
 #include "core/algo/kl_penalty.h"
 #include "core/config/config_access.h"
-#include "core/dist/gradient_reducer.h"
-#include "core/dist/metric_reduction.h"
+#include "core/dist/parallelism.h"
 #include "core/dist/process_group.h"
-#include "core/dist/sharding.h"
 #include "core/metrics/run_metrics.h"
 #include "core/model/checkpoint.h"
+#include "core/optim/optimizer.h"
 #include "core/runtime/threads.h"
 #include "core/train/advantages.h"
-#include "core/optim/optimizer.h"
 #include "core/train/policy_update.h"
 #include "core/train/rollout_worker.h"
-#include "core/train/sample_log.h"
 #include "core/train/run_dir.h"
+#include "core/train/sample_log.h"
 #include "core/train/train_state.h"
 #include "core/train/trainer_setup.h"
 #include "core/train/verifier_pool.h"
@@ -67,12 +65,7 @@ class Trainer {
           const PolicySpec& policy_spec, const TrainingComponents& parts, TrainingPrompts prompts,
           dist::Distributed* distributed)
       : job_(job), s_(job.trainer), config_(config), components_(components), policy_(policy), policy_spec_(policy_spec),
-        dist_(distributed), parts_(parts), prompts_(std::move(prompts)) {}
-  // dist.sharding full: the policy outlives the trainer, its sharded values do not (nor does the
-  // process group its gathers use): it no longer gathers (its weights stay at rest).
-  ~Trainer() {
-    if (model_ && sharded_params_) model_->set_parameter_residency(nullptr);
-  }
+        distributed_(distributed), parts_(parts), prompts_(std::move(prompts)) {}
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
@@ -84,9 +77,6 @@ class Trainer {
 
  private:
   void resume_or_start();
-  std::vector<at::Tensor> trainable_parameters(std::vector<std::string>* names = nullptr) const;
-  std::unique_ptr<torch::optim::Optimizer> make_optimizer();
-  void set_up_data_parallel();
   // Wall-clock parts of a step (the time/* metrics).
   struct StepTimes {
     Clock::time_point step_t0;
@@ -107,7 +97,7 @@ class Trainer {
   // engine keeps the rest of the base model it loaded (docs/lora.md, "Rollouts").
   NamedTensors snapshot() {
     const auto dtype = s_.bf16_weight_snapshots ? std::optional<torch::Dtype>(torch::kBFloat16) : std::nullopt;
-    const dist::ShardedParameters::Hold whole(sharded_params_);  // dist.sharding full: gathered for the copy
+    const auto whole = parallel_->whole_model();
     return lora_ ? lora_->merged_weights(dtype) : weight_snapshot(model_, dtype);
   }
   double lr() const {
@@ -120,20 +110,19 @@ class Trainer {
   RuntimeComponents& components_;
   LoadedPolicy& policy_;
   const PolicySpec& policy_spec_;
-  dist::Distributed* dist_;
+  dist::Distributed* distributed_;  // null: one process; the parallelism's once set up
 
   TrainingComponents parts_;
   TrainingPrompts prompts_;
   CausalLM model_{nullptr}, reference_{nullptr};
   LoraAdapters* lora_ = nullptr;                  // model.lora: the policy's adapters
   LoraAdapters* reference_adapters_off_ = nullptr;  // LoRA with a KL term: reference_ is model_ with these off
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  dist::ShardedAdamW* sharded_ = nullptr;  // optimizer_, when dist.sharding shards it
-  dist::ShardedParameters* sharded_params_ = nullptr;  // dist.sharding full: the policy's trainable values
+  // The optimizer, the gradient reducer and the shards (core/dist/parallelism.h).
+  std::unique_ptr<dist::Parallelism> parallel_;
   std::int64_t total_optimizer_steps_ = 0;
   TrainerState state_;
   CheckpointContents contents_;
-  bool resumed_ = false, main_rank_ = true;  // rank 0 writes checkpoints, metrics and the log
+  bool resumed_ = false;
   std::optional<RunMetrics> run_metrics_;
   std::optional<SampleLog> sample_log_;  // rank 0: samples.jsonl
   std::optional<PromptSampler> sampler_;
@@ -142,8 +131,6 @@ class Trainer {
   std::unique_ptr<RolloutContext> ctx_;
   std::unique_ptr<RewardModel> reward_model_;
   UpdateComponents update_components_;
-  std::unique_ptr<dist::GradientReducer> reducer_;
-  DataParallelUpdate data_parallel_;
   std::function<void()> after_optimizer_step_;
 };
 
@@ -164,7 +151,7 @@ bool Trainer::prepare() {
   model_->train();
   model_->set_gradient_checkpointing(s_.gradient_checkpointing);
   if (s_.gradient_checkpointing) spdlog::info("activation checkpointing: on (each decoder layer is recomputed in backward)");
-  optimizer_ = make_optimizer();
+  parallel_ = std::make_unique<dist::Parallelism>(model_, lora_, s_.optimizer, s_.sharding, distributed_, config_);
   total_optimizer_steps_ = s_.steps * s_.update.num_epochs * s_.update.num_mini_batches;
 
   resume_or_start();
@@ -174,16 +161,17 @@ bool Trainer::prepare() {
     return false;
   }
   state_.async_steps = s_.async_steps;
-  if (main_rank_) write_effective_config(s_.run_dir, config_);  // every check passed, the resume's too
-  if (main_rank_) run_metrics_.emplace(s_.run_dir, resumed_ ? state_.step : -1, s_.steps, "step", default_training_panels());
-  if (main_rank_ && s_.samples_every > 0)
+  if (parallel_->is_main()) write_effective_config(s_.run_dir, config_);  // every check passed, the resume's too
+  if (parallel_->is_main()) run_metrics_.emplace(s_.run_dir, resumed_ ? state_.step : -1, s_.steps, "step", default_training_panels());
+  if (parallel_->is_main() && s_.samples_every > 0)
     sample_log_.emplace((std::filesystem::path(s_.run_dir) / "samples.jsonl").string(), *policy_.tokenizer,
                         s_.samples_every, s_.samples_per_step, resumed_ ? state_.step : -1);
 
   sampler_.emplace(prompts_.train.examples.size(), s_.seed, job_.data.shuffle);
   sampler_->set_position(state_.data);
   pool_ = std::make_unique<VerifierPool>(job_.rewards.num_threads, job_.rewards.timeout_s);
-  ctx_ = std::make_unique<RolloutContext>(s_, *parts_.backend, components_.verifiers, job_.rewards, *pool_, dist_);
+  ctx_ = std::make_unique<RolloutContext>(s_, *parts_.backend, components_.verifiers, job_.rewards, *pool_,
+                                          parallel_->distributed());
   tools_ = make_tool_rollout(components_.tools, s_.tools, s_.chat_template, *policy_.tokenizer);
   ctx_->tools = tools_.get();
   ctx_->backend_supports_turns = components_.backend_supports_turns;
@@ -210,75 +198,18 @@ bool Trainer::prepare() {
   update_components_.kl_estimator = parts_.kl_estimator;
   update_components_.reference = reference_;
   update_components_.reference_adapters_off = reference_adapters_off_;
-  if (dist_) set_up_data_parallel();
-  set_learning_rate(*optimizer_, lr());
+  if (parallel_->data_parallel()) {
+    update_components_.parallelism = parallel_.get();
+    spdlog::info("data parallel: rank {} of {}, {} of {} prompts per step, gradients in {} bucket(s) of <= {} MB",
+                 parallel_->rank(), parallel_->world_size(), ctx_->prompt_share(), s_.num_prompts,
+                 parallel_->gradient_buckets(), distributed_->options().bucket_mb);
+  }
+  set_learning_rate(parallel_->optimizer(), lr());
   after_optimizer_step_ = [this] {
     ++state_.optimizer_steps;
-    set_learning_rate(*optimizer_, lr());
+    set_learning_rate(parallel_->optimizer(), lr());
   };
   return true;
-}
-
-// What the optimizer updates, in one order for the optimizer and the gradient reducer (a sharded
-// optimizer's layout indexes it): the weights that require gradients, or the LoRA adapters;
-// `names`: the weights' names (empty with LoRA).
-std::vector<at::Tensor> Trainer::trainable_parameters(std::vector<std::string>* names) const {
-  if (lora_) return lora_->parameters();
-  std::vector<at::Tensor> params;
-  for (const auto& kv : model_->named_parameters())
-    if (kv.value().requires_grad()) {
-      if (names) names->push_back(kv.key());
-      params.push_back(kv.value());
-    }
-  return params;
-}
-
-// AdamW over what trains (every weight, or the LoRA adapters); with dist.sharding, sharded over
-// the ranks (core/dist/sharding.h), one unit per decoder layer (or the adapters as one).
-std::unique_ptr<torch::optim::Optimizer> Trainer::make_optimizer() {
-  const dist::Sharding sharding = *dist::parse_sharding(dist::dist_options(config_).sharding);
-  if (sharding != dist::Sharding::kNone && !dist_)
-    spdlog::warn("dist.sharding {}: one process, nothing to shard; training as with dist.sharding none",
-                 dist::sharding_name(sharding));
-  if (sharding == dist::Sharding::kNone || !dist_) return make_adamw(trainable_parameters(), s_.optimizer);
-  std::vector<std::string> names;
-  const std::vector<at::Tensor> params = trainable_parameters(&names);
-  std::vector<std::vector<std::size_t>> units;
-  std::vector<std::int64_t> layer_of_unit;  // empty (LoRA's one unit): no decoder layer's
-  if (lora_) {
-    units.emplace_back();
-    for (std::size_t k = 0; k < params.size(); ++k) units.back().push_back(k);
-  } else {
-    units = dist::decoder_units(names);
-    layer_of_unit = dist::decoder_unit_layers(units.size());
-  }
-  try {
-    dist::check_sharding_collectives(dist_->train(), sharding, params.front());
-  } catch (const dist::PeerLostError&) {
-    throw;
-  } catch (const std::exception& e) {  // the backend cannot serve the mode
-    fail_at_config_key(config_, {"dist", "sharding"}, e.what());
-  }
-  auto optimizer = std::make_unique<dist::ShardedAdamW>(params, units, s_.optimizer, dist_->train(), sharding, layer_of_unit);
-  sharded_ = optimizer.get();
-  if (sharding == dist::Sharding::kFull) {
-    sharded_params_ = optimizer->parameters().get();
-    model_->set_parameter_residency(optimizer->parameters());
-    spdlog::info("dist.sharding full: parameters sharded at rest ({:.1f} MiB on this rank), each decoder layer all-gathered "
-                 "for its forward and again for its backward{}",
-                 static_cast<double>(sharded_params_->shard().nbytes()) / 1048576.0,
-                 lora_ ? " (LoRA: the adapters are one unit; the frozen base weights stay replicated)" : "");
-  }
-  spdlog::info("dist.sharding {}: this rank keeps the AdamW state of {} of {} trainable values ({:.1f} MiB){}",
-               dist::sharding_name(sharding), optimizer->layout().shard_numel(),
-               [&] {
-                 std::int64_t n = 0;
-                 for (const auto& p : params) n += p.numel();
-                 return n;
-               }(),
-               optimizer->state_bytes() / 1048576.0,
-               sharding != dist::Sharding::kOptimizer ? ", and receives only its shard of the summed gradients" : "");
-  return optimizer;
 }
 
 // The checkpoint contents and, with run.resume, the newest checkpoint's state; then the ranks'
@@ -287,49 +218,20 @@ void Trainer::resume_or_start() {
   state_.seed = s_.seed;
   state_.async_steps = s_.async_steps;
   contents_.policy = &model_;
-  contents_.optimizer = optimizer_.get();
+  contents_.optimizer = &parallel_->optimizer();
   contents_.reference = (reference_ && !lora_ && s_.ref_update_freq > 0) ? &reference_ : nullptr;
   contents_.lora = lora_;
   contents_.lora_base_model = policy_spec_.model_path;
   contents_.tokenizer = &*policy_.tokenizer;
   contents_.chat_templates = policy_.chat_template->sources();  // resolved once, by load_policy
   contents_.generation_config_json = policy_.model.generation_config_json;
-  if (sharded_) {
-    contents_.shard_world = dist_->world_size();
-    contents_.shard_rank = dist_->rank();
+  if (parallel_->optimizer_per_rank()) {
+    contents_.shard_world = parallel_->world_size();
+    contents_.shard_rank = parallel_->rank();
   }
   resumed_ = s_.resume && resume_from_checkpoint(config_, s_.run_dir, s_.seed, s_.resume_from, contents_, state_);
-  main_rank_ = !dist_ || dist_->is_main();
-  if (dist_) {
-    check_ranks_agree(*dist_, config_, resumed_ ? state_.step : 0, model_);
-    if (lora_) {  // seeded alike on every rank; rank 0's all the same, as for the weights
-      torch::NoGradGuard no_grad;
-      std::vector<at::Tensor> adapters;
-      for (const auto& p : lora_->parameters()) adapters.push_back(p.detach());
-      dist_->train().broadcast(adapters, 0, "initial LoRA adapters from rank 0");
-    }
-  }
-  if (sharded_params_) {  // dist.sharding full: from here on a rank keeps its chunks of the (loaded) values only
-    sharded_params_->capture();
-    sharded_params_->free_all();
-  }
-}
-
-// Gradients all-reduced in buckets while backward runs (core/dist/gradient_reducer.h).
-void Trainer::set_up_data_parallel() {
-  const std::vector<at::Tensor> trainable = trainable_parameters();
-  if (sharded_ && sharded_->mode() != dist::Sharding::kOptimizer)  // reduce-scatter to the owners
-    reducer_ = std::make_unique<dist::GradientReducer>(trainable, dist_->train(), sharded_->layout(), sharded_->grad_shard());
-  else
-    reducer_ = std::make_unique<dist::GradientReducer>(trainable, dist_->train(),
-                                                       static_cast<std::int64_t>(dist_->options().bucket_mb * 1024 * 1024));
-  data_parallel_.comm = &dist_->train();
-  data_parallel_.reducer = reducer_.get();
-  data_parallel_.sharded_parameters = sharded_params_;
-  update_components_.data_parallel = &data_parallel_;
-  spdlog::info("data parallel: rank {} of {}, {} of {} prompts per step, gradients in {} bucket(s) of <= {} MB",
-               dist_->rank(), dist_->world_size(), ctx_->prompt_share(), s_.num_prompts, reducer_->num_buckets(),
-               dist_->options().bucket_mb);
+  if (distributed_) check_ranks_agree(*distributed_, config_, resumed_ ? state_.step : 0, model_);
+  parallel_->start();
 }
 
 void Trainer::run() {
@@ -357,7 +259,7 @@ void Trainer::run() {
   while (state_.step < s_.steps) train_step(worker);
 
   // No rank leaves before rank 0's final checkpoint is written: every exit code says the run is complete.
-  if (dist_) dist_->train().barrier("end of training");
+  parallel_->barrier("end of training");
   if (run_metrics_) {
     run_metrics_->finish();
     spdlog::info("training done: {} steps; metrics in {}", s_.steps, run_metrics_->metrics_path());
@@ -380,15 +282,14 @@ void Trainer::train_step(RolloutWorker& worker) {
   const bool kl_in_reward = needs_reference_model(s_.update.kl) && s_.update.kl.kl_in_reward;
   std::vector<std::vector<float>> token_kl;
   {
-    // dist.sharding full: gathered on every rank (a collective), also one without groups: the
-    // ranks' counts of passes differ.
-    const dist::ShardedParameters::Hold whole(kl_in_reward ? sharded_params_ : nullptr);
+    // The whole policy on every rank, also one without groups: the ranks' counts of passes differ.
+    const auto whole = parallel_->whole_model_if(kl_in_reward);
     if (kl_in_reward && !groups.empty())  // kl(old, ref) per token: the penalty the token rewards carry
       token_kl = reward_token_kl(model_, reference_, *parts_.kl_estimator, groups, s_.update, reference_adapters_off_);
   }
   const StepAdvantages advantages =
       step_advantages(*parts_.advantage, groups, kl_in_reward ? &token_kl : nullptr, reward_kl_coef(s_.update.kl),
-                      dist_ ? &dist_->train() : nullptr, step, model_->lm_head_weight().device());
+                      parallel_->communicator(), step, model_->lm_head_weight().device());
   const UpdateResult result = update(groups, advantages, staleness, step, m);
   times.training_s = seconds_since(train_t0);
   if (sample_log_ && sample_log_->due(step)) sample_log_->write(step, groups, batch.dropped_for_log);
@@ -431,21 +332,16 @@ void Trainer::add_step_metrics(const std::vector<Group>& groups, const StepTimes
   m.emplace_back("time/weight_snapshot", times.snapshot_s);
   m.emplace_back("time/step", seconds_since(times.step_t0));
   m.emplace_back("train/consecutive_nonfinite", static_cast<double>(state_.consecutive_nonfinite));
-  m.emplace_back("memory/optimizer_state_mib", static_cast<double>(dist::optimizer_state_bytes(*optimizer_)) / 1048576.0);
-  if (sharded_params_)  // at rest: this rank's chunks of the trainable values
-    m.emplace_back("memory/parameters_at_rest_mib", static_cast<double>(sharded_params_->resident_bytes()) / 1048576.0);
+  parallel_->add_memory_metrics(m);
   double train_tokens = 0;
   for (const auto& g : groups)
     for (const auto& smp : g.samples) train_tokens += static_cast<double>(g.prompt_ids.size() + smp.response_ids.size());
   m.emplace_back("train/tokens_per_second", times.training_s > 0 ? train_tokens / times.training_s : 0.0);
   m.emplace_back("epoch", static_cast<double>(state_.data.epoch) +
                               static_cast<double>(state_.data.offset) / static_cast<double>(prompts_.train.examples.size()));
-  if (dist_) {
-    // Over ranks (core/dist/metric_reduction.h), weighted by each rank's share of the prompts.
-    m.emplace_back("time/collectives", dist_->train().take_blocked_seconds());
-    m = dist::reduce_metrics(dist_->train(), m, static_cast<double>(ctx_->prompt_share()),
-                             "step metrics (step " + std::to_string(step) + ")");
-  }
+  // Data parallel: over ranks, weighted by each rank's share of the prompts.
+  m = parallel_->reduce_step_metrics(std::move(m), static_cast<double>(ctx_->prompt_share()),
+                                     "step metrics (step " + std::to_string(step) + ")");
 }
 
 // The policy update of the step's groups (every rank updates data-parallel, also without
@@ -460,9 +356,9 @@ UpdateResult Trainer::update(std::vector<Group>& groups, const StepAdvantages& a
   for (auto& kv : advantages.metrics) m.push_back(kv);
   UpdateOptions u = s_.update;
   u.stale = staleness > 0;
-  data_parallel_.first_group = advantages.first_group;
-  data_parallel_.global_groups = advantages.global_groups;
-  result = update_policy(model_, *optimizer_, after_optimizer_step_, groups, update_components_, u);
+  update_components_.first_group = advantages.first_group;
+  update_components_.global_groups = advantages.global_groups;
+  result = update_policy(model_, parallel_->optimizer(), after_optimizer_step_, groups, update_components_, u);
   for (auto& kv : result.metrics) m.push_back(kv);
   return result;
 }
@@ -479,7 +375,7 @@ void Trainer::record_update(const UpdateResult& result, std::int64_t step, const
   else if (result.optimizer_steps > 0)
     state_.consecutive_nonfinite = 0;
   if (s_.ref_update_freq > 0 && reference_ && step % s_.ref_update_freq == 0) {
-    const dist::ShardedParameters::Hold whole(sharded_params_);
+    const auto whole = parallel_->whole_model();
     polyak_update(reference_, model_, s_.ref_update_alpha);
   }
 }
@@ -516,22 +412,8 @@ MetricList Trainer::evaluate(std::int64_t step) {
 
 void Trainer::save(const char* why) {
   const auto t0 = Clock::now();
-  if (sharded_) {
-    const dist::ShardedParameters::Hold whole(sharded_params_);  // full: rank 0 writes the gathered model
-    // Rank 0 prepares the folder, every rank writes its optimizer shard, rank 0 completes it;
-    // no rank goes on before the checkpoint is complete (a failure is announced to the others).
-    if (main_rank_) prepare_optimizer_shards(s_.run_dir, state_.step);
-    dist_->train().barrier("checkpoint " + std::to_string(state_.step) + ": folder prepared");
-    save_optimizer_shard(s_.run_dir, state_.step, *optimizer_, dist_->rank(), dist_->world_size());
-    dist_->train().barrier("checkpoint " + std::to_string(state_.step) + ": optimizer shards written");
-    if (main_rank_) save_checkpoint(s_.run_dir, state_, contents_, s_.keep_last);
-    dist_->train().barrier("checkpoint " + std::to_string(state_.step) + ": complete");
-    if (main_rank_) spdlog::info("checkpoint {} ({}, {:.2f} s)", checkpoint_path(s_.run_dir, state_.step), why, seconds_since(t0));
-    return;
-  }
-  if (!main_rank_) return;  // every rank holds the same weights and state
-  save_checkpoint(s_.run_dir, state_, contents_, s_.keep_last);
-  spdlog::info("checkpoint {} ({}, {:.2f} s)", checkpoint_path(s_.run_dir, state_.step), why, seconds_since(t0));
+  save_training_checkpoint(*parallel_, s_.run_dir, state_, contents_, s_.keep_last);
+  if (parallel_->is_main()) spdlog::info("checkpoint {} ({}, {:.2f} s)", checkpoint_path(s_.run_dir, state_.step), why, seconds_since(t0));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "core/algo/algorithm_settings.h"
 #include "core/config/config_access.h"
+#include "core/dist/process_group.h"
 #include "core/runtime/policy.h"
 #include "grpo/sdk/config_view.h"
 
@@ -192,6 +193,7 @@ TrainerSettings trainer_settings(const sdk::ConfigValue& root) {
   read_run_and_rollout(root, sections, s);
   read_update(root, sections, s);
   read_eval_and_checkpoint(root, sections, s);
+  s.sharding = *dist::parse_sharding(dist::dist_options(root).sharding);  // dist_options checked the name
   return s;
 }
 

@@ -17,8 +17,9 @@
 
 #include "core/algo/algorithm_settings.h"
 #include "core/data/dataset.h"
-#include "core/tools/tool_rollout.h"
+#include "core/dist/sharding.h"
 #include "core/optim/optimizer.h"
+#include "core/tools/tool_rollout.h"
 #include "core/train/policy_update.h"
 #include "core/train/reward_model.h"
 #include "core/train/rewards.h"
@@ -56,6 +57,7 @@ struct TrainerSettings {
   AlgorithmSettings algorithm;         // algorithm.* as read (grpo-run logs describe() of it)
   UpdateOptions update;                // train.* of the policy update, with the algorithm.* settings
   OptimizerSettings optimizer;
+  dist::Sharding sharding = dist::Sharding::kNone;  // dist.sharding (data parallel only: core/dist/parallelism.h)
   std::int64_t ref_update_freq = 0;
   double ref_update_alpha = 0.6;
   std::int64_t max_nonfinite_steps = 3;
