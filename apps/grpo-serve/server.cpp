@@ -25,6 +25,7 @@
 #include "apps/grpo-serve/openai_protocol.h"
 #include "core/model/checkpoint.h"
 #include "core/model/checkpoint_dirs.h"
+#include "core/model/device_info.h"
 #include "core/tokenizer/chat_template.h"
 #include "grpo/sdk/utf8.h"
 
@@ -493,9 +494,9 @@ Server::Server(ServeSettings settings) : impl_(std::make_unique<Impl>()) {
     throw std::invalid_argument("--dtype: expected float32 or bfloat16, got '" + cfg.dtype + "'");
   s.dtype = cfg.dtype == "float32" ? torch::kFloat32 : torch::kBFloat16;
   try {
-    s.device = torch::Device(cfg.device);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("--device: expected cpu, cuda or cuda:N, got '" + cfg.device + "'");
+    s.device = core::parse_device(cfg.device);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--device: ") + e.what());
   }
   const auto attention = core::parse_attention_backend(cfg.attention);
   if (!attention)

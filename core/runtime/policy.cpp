@@ -11,6 +11,7 @@
 
 #include "core/config/config_access.h"
 #include "core/model/checkpoint_dirs.h"
+#include "core/model/device_info.h"
 #include "core/util/strings.h"
 #include "grpo/sdk/config_view.h"
 
@@ -142,28 +143,11 @@ void resolve_model_path(sdk::ConfigValue& root) {
 torch::Device policy_device(const sdk::ConfigValue& root) {
   const sdk::ConfigValue* node = find_config_node(root, {"model", "device"});
   const std::string name = sdk::ConfigView(find_config_node(root, {"model"}), "model").get_string("device", "cpu");
-  const std::string expected = "expected cpu, cuda or cuda:N, got \"" + name + "\"";
-  std::optional<torch::Device> device;
   try {
-    device.emplace(name);
-  } catch (const std::exception&) {
-    fail_at_key(node, "model.device", expected);
+    return parse_device(name);
+  } catch (const std::invalid_argument& e) {
+    fail_at_key(node, "model.device", e.what());
   }
-  if (!device->is_cpu() && !device->is_cuda()) fail_at_key(node, "model.device", expected);
-  if (device->is_cpu()) return *device;
-  if (!torch::cuda::is_available())
-    fail_at_key(node, "model.device",
-                "\"" + name + "\" asked for, but " +
-                    (!at::hasCUDA()
-                         ? std::string("this build's LibTorch has no CUDA (Debian's libtorch-dev is CPU-only; build against a CUDA "
-                                       "LibTorch with -DGRPO_WITH_CUDA=AUTO: docs/precision.md)")
-                         : std::string("no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)")));
-  const auto count = static_cast<int>(torch::cuda::device_count());
-  if (device->has_index() && device->index() >= count)
-    fail_at_key(node, "model.device",
-                "\"" + name + "\" asked for, but this machine has " + std::to_string(count) + " CUDA device" +
-                    (count == 1 ? " (cuda:0)" : "s (cuda:0 to cuda:" + std::to_string(count - 1) + ")"));
-  return *device;
 }
 
 void bind_local_cuda_device(sdk::ConfigValue& root, int local_rank) {

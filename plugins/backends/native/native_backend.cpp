@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "core/model/checkpoint.h"
+#include "core/model/device_info.h"
 #include "core/util/strings.h"
 #include "plugins/backends/native/engine.h"
 
@@ -63,13 +64,10 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
 
     std::optional<torch::Device> device;
     try {
-      device.emplace(device_name);
-    } catch (const std::exception&) {
-      cfg.fail("device", "expected cpu, cuda or cuda:N, got \"" + device_name + "\"");
+      device.emplace(grpo::core::parse_device(device_name));
+    } catch (const std::invalid_argument& e) {
+      cfg.fail("device", e.what());
     }
-    if (device->is_cuda() && !torch::cuda::is_available())
-      cfg.fail("device", "\"" + device_name + "\" asked for, but this LibTorch sees no CUDA device");
-    if (!device->is_cpu() && !device->is_cuda()) cfg.fail("device", "expected cpu, cuda or cuda:N, got \"" + device_name + "\"");
 
     grpo::core::LoadedModel loaded;
     try {
