@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
@@ -64,8 +65,10 @@ struct Options {
                      decode_steps = "auto";
   int port = 8000, http_threads = 128, max_connections = 1024;
   double header_timeout = 10, keep_alive_timeout = 5;
-  std::int64_t max_num_seqs = 32, max_model_len = 0, max_num_batched_tokens = 2048, seed = 0;
-  bool ignore_eos = false;
+  // The engine's options with the engine's defaults (engine.h): the flags write here; the seed is
+  // read signed so that a negative one is an error, not a wrapped-around value.
+  native::EngineOptions engine;
+  std::int64_t seed = static_cast<std::int64_t>(native::EngineOptions{}.seed);
 };
 
 // DIR itself, or the newest checkpoint of a run directory.
@@ -105,17 +108,13 @@ int run(const Options& opt) {
   s.header_timeout_s = opt.header_timeout;
   s.keep_alive_timeout_s = opt.keep_alive_timeout;
   s.max_connections = opt.max_connections;
-  s.engine.max_num_seqs = opt.max_num_seqs;
-  s.engine.max_num_batched_tokens = opt.max_num_batched_tokens;
+  s.engine = opt.engine;
   s.engine.seed = static_cast<std::uint64_t>(opt.seed);
-  s.engine.ignore_eos = opt.ignore_eos;
   const auto decode_steps = native::parse_decode_steps(opt.decode_steps);
   if (!decode_steps)
     throw std::invalid_argument("--decode-steps: expected auto, dynamic, bucketed or graphs, got '" + opt.decode_steps + "'");
   s.engine.decode_steps = *decode_steps;
-  s.engine.logprobs_mode = opt.logprobs == "raw" ? native::LogprobsMode::kRaw
-                           : opt.logprobs == "scaled" ? native::LogprobsMode::kScaled
-                                                      : native::LogprobsMode::kProcessed;
+  s.engine.logprobs_mode = *native::parse_logprobs_mode(opt.logprobs);  // checked with the flags
   core::ModelConfig config;
   try {
     config = core::load_model_config((fs::path(s.model_dir) / "config.json").string());
@@ -124,8 +123,8 @@ int run(const Options& opt) {
   }
   // The slot cache holds max_num_seqs x max_model_len tokens: a model's full context (32k and
   // more) would take gigabytes for nothing on most workloads.
-  s.engine.max_model_len = opt.max_model_len > 0 ? opt.max_model_len : std::min<std::int64_t>(config.max_position_embeddings, 8192);
-  if (opt.max_model_len == 0 && s.engine.max_model_len < config.max_position_embeddings)
+  s.engine.max_model_len = opt.engine.max_model_len > 0 ? opt.engine.max_model_len : std::min<std::int64_t>(config.max_position_embeddings, 8192);
+  if (opt.engine.max_model_len == 0 && s.engine.max_model_len < config.max_position_embeddings)
     spdlog::info("max_model_len {} (the model allows {}; raise it with --max-model-len)", s.engine.max_model_len,
                  config.max_position_embeddings);
   if (s.engine.max_model_len > config.max_position_embeddings)
@@ -185,6 +184,10 @@ int run(const Options& opt) {
 
 int grpo_serve_main(int argc, char** argv) {
   Options opt;
+  const native::EngineOptions defaults;
+  const auto with_default = [](const char* what, std::int64_t value) {
+    return std::string(what) + " (default " + std::to_string(value) + ")";
+  };
   po::options_description desc(kUsage);
   bool show_help = false;
   // clang-format off
@@ -200,13 +203,13 @@ int grpo_serve_main(int argc, char** argv) {
     ("device", po::value(&opt.device)->value_name("DEV"), "cpu (default), cuda or cuda:N")
     ("attention", po::value(&opt.attention)->value_name("B"), "attention kernel: auto (default), eager, sdpa or flash_varlen (docs/gpu.md)")
     ("decode-steps", po::value(&opt.decode_steps)->value_name("S"), "decode steps: auto (default: CUDA graphs on CUDA), dynamic, bucketed or graphs (docs/rollout.md)")
-    ("max-num-seqs", po::value(&opt.max_num_seqs)->value_name("N"), "sequences decoded together (default 32)")
-    ("max-model-len", po::value(&opt.max_model_len)->value_name("N"), "prompt + completion tokens (default: the model's, at most 8192)")
-    ("max-num-batched-tokens", po::value(&opt.max_num_batched_tokens)->value_name("N"), "prompt tokens per prefill forward (default 2048)")
+    ("max-num-seqs", po::value(&opt.engine.max_num_seqs)->value_name("N"), with_default("sequences decoded together", defaults.max_num_seqs).c_str())
+    ("max-model-len", po::value(&opt.engine.max_model_len)->value_name("N"), "prompt + completion tokens (default: the model's, at most 8192)")
+    ("max-num-batched-tokens", po::value(&opt.engine.max_num_batched_tokens)->value_name("N"), with_default("prompt tokens per prefill forward", defaults.max_num_batched_tokens).c_str())
     ("chat-template", po::value(&opt.chat_template)->value_name("NAME|PATH"), "auto (default: the model's own), chatml, llama3 or a Jinja file")
     ("logprobs-mode", po::value(&opt.logprobs)->value_name("MODE"), "raw (default, as vLLM: log_softmax of the logits), scaled (after temperature) or processed (after top-k/top-p/min-p)")
-    ("seed", po::value(&opt.seed)->value_name("SEED"), "base of the random streams of requests without a seed (default 0)")
-    ("ignore-eos", po::bool_switch(&opt.ignore_eos), "EOS does not end a completion (benchmarks)")
+    ("seed", po::value(&opt.seed)->value_name("SEED"), with_default("base of the random streams of requests without a seed", opt.seed).c_str())
+    ("ignore-eos", po::bool_switch(&opt.engine.ignore_eos), "EOS does not end a completion (benchmarks)")
     ("http-threads", po::value(&opt.http_threads)->value_name("N"), "requests handled at once (default 128; idle connections take none)")
     ("header-timeout", po::value(&opt.header_timeout)->value_name("S"), "seconds for a request's headers to arrive, from its first byte or the connect; then 408 (default 10)")
     ("keep-alive-timeout", po::value(&opt.keep_alive_timeout)->value_name("S"), "seconds an idle connection is kept between requests (default 5)")
@@ -223,8 +226,11 @@ int grpo_serve_main(int argc, char** argv) {
     }
     if (opt.model.empty()) throw po::error("--model is required");
     if (opt.port < 0 || opt.port > 65535) throw po::error("--port must be in [0, 65535], got " + std::to_string(opt.port));
-    if (opt.max_num_seqs < 1) throw po::error("--max-num-seqs must be >= 1");
-    if (opt.max_model_len < 0) throw po::error("--max-model-len must be >= 1 (0 = automatic)");
+    if (const auto problem = native::engine_options_problem(opt.engine)) {  // the flag is the key, dashed
+      std::string flag = "--" + problem->key;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      throw po::error(flag + " " + problem->message);
+    }
     if (opt.http_threads < 1) throw po::error("--http-threads must be >= 1");
     // An upper bound too: a value meant in milliseconds (10000) would keep idle clients for hours.
     for (const auto& [name, seconds] :
@@ -235,7 +241,7 @@ int grpo_serve_main(int argc, char** argv) {
         throw po::error(message.str());
       }
     if (opt.max_connections < 1) throw po::error("--max-connections must be >= 1, got " + std::to_string(opt.max_connections));
-    if (opt.logprobs != "raw" && opt.logprobs != "scaled" && opt.logprobs != "processed")
+    if (!native::parse_logprobs_mode(opt.logprobs))
       throw po::error("--logprobs-mode must be raw, scaled or processed, got '" + opt.logprobs + "'");
     if (opt.seed < 0) throw po::error("--seed must be >= 0");
   } catch (const po::error& e) {

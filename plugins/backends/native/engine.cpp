@@ -97,13 +97,27 @@ std::vector<std::int64_t> eos_token_ids(const core::LoadedModel& loaded, const s
   return ids;
 }
 
+std::optional<LogprobsMode> parse_logprobs_mode(std::string_view name) {
+  if (name == "raw") return LogprobsMode::kRaw;
+  if (name == "scaled") return LogprobsMode::kScaled;
+  if (name == "processed") return LogprobsMode::kProcessed;
+  return std::nullopt;
+}
+
+std::optional<EngineOptionProblem> engine_options_problem(const EngineOptions& o) {
+  if (o.max_num_seqs < 1) return EngineOptionProblem{"max_num_seqs", "must be >= 1, got " + std::to_string(o.max_num_seqs)};
+  if (o.max_num_batched_tokens < 1)
+    return EngineOptionProblem{"max_num_batched_tokens", "must be >= 1, got " + std::to_string(o.max_num_batched_tokens)};
+  if (o.max_model_len < 0)
+    return EngineOptionProblem{"max_model_len", "must be >= 1 (0 = the model's bound), got " + std::to_string(o.max_model_len)};
+  return std::nullopt;
+}
+
 Engine::Engine(core::CausalLM model, std::optional<core::Tokenizer> tokenizer, std::vector<std::int64_t> eos_ids,
                EngineOptions options)
     : model_(std::move(model)), tokenizer_(std::move(tokenizer)), eos_ids_(std::move(eos_ids)), options_(options) {
   if (!model_) throw std::invalid_argument("native engine: no model");
-  if (options_.max_num_seqs < 1) throw std::invalid_argument("max_num_seqs must be >= 1, got " + std::to_string(options_.max_num_seqs));
-  if (options_.max_num_batched_tokens < 1)
-    throw std::invalid_argument("max_num_batched_tokens must be >= 1, got " + std::to_string(options_.max_num_batched_tokens));
+  if (const auto problem = engine_options_problem(options_)) throw std::invalid_argument(problem->key + " " + problem->message);
   const std::int64_t model_max = model_->config().max_position_embeddings;
   if (options_.max_model_len < 0 || options_.max_model_len > model_max)
     throw std::invalid_argument("max_model_len must be in [1, " + std::to_string(model_max) +

@@ -56,6 +56,18 @@ struct EngineOptions {
   DecodeSteps decode_steps = DecodeSteps::kAuto;
 };
 
+// The engine's options by name, in one place for every front end (the native backend's
+// rollout.backend.* keys, grpo-serve's --flags): the defaults are EngineOptions{}'s.
+// "raw" / "scaled" / "processed"; nullopt for anything else.
+std::optional<LogprobsMode> parse_logprobs_mode(std::string_view name);
+// An option that cannot run any engine: `key` is its name as EngineOptions spells it
+// ("max_num_seqs"), `message` what is wrong ("must be >= 1, got 0"). The bound max_model_len has
+// from the model (its max_position_embeddings) is checked when the engine is built.
+struct EngineOptionProblem {
+  std::string key, message;
+};
+std::optional<EngineOptionProblem> engine_options_problem(const EngineOptions& options);
+
 // Figures of one generate() call.
 struct EngineStats {
   std::int64_t prompts = 0, samples = 0, failed_requests = 0;

@@ -47,20 +47,15 @@ class NativeBackend : public grpo::sdk::RolloutBackend {
     EngineOptions options;
     options.max_num_seqs = cfg.get_int("max_num_seqs", options.max_num_seqs);
     options.max_num_batched_tokens = cfg.get_int("max_num_batched_tokens", options.max_num_batched_tokens);
-    options.max_model_len = cfg.get_int("max_model_len", 0);
-    const std::string logprobs = cfg.get_choice("logprobs", "raw", {"raw", "scaled", "processed"});
-    options.logprobs_mode = logprobs == "raw"      ? LogprobsMode::kRaw
-                            : logprobs == "scaled" ? LogprobsMode::kScaled
-                                                   : LogprobsMode::kProcessed;
-    options.seed = static_cast<std::uint64_t>(cfg.get_int("seed", 0));
-    options.ignore_eos = cfg.get_bool("ignore_eos", false);
+    options.max_model_len = cfg.get_int("max_model_len", options.max_model_len);
+    options.logprobs_mode = *grpo::native::parse_logprobs_mode(cfg.get_choice("logprobs", "raw", {"raw", "scaled", "processed"}));
+    options.seed = static_cast<std::uint64_t>(cfg.get_int("seed", static_cast<std::int64_t>(options.seed)));
+    options.ignore_eos = cfg.get_bool("ignore_eos", options.ignore_eos);
     options.decode_steps =
         *grpo::native::parse_decode_steps(cfg.get_choice("decode_steps", "auto", {"auto", "dynamic", "bucketed", "graphs"}));
     const std::string sync = cfg.get_choice("weight_sync", "auto", {"auto", "copy", "share"});
     sync_ = sync == "auto" ? WeightSync::kAuto : sync == "copy" ? WeightSync::kCopy : WeightSync::kShare;
-    if (options.max_num_seqs < 1) cfg.fail("max_num_seqs", "must be >= 1, got " + std::to_string(options.max_num_seqs));
-    if (options.max_num_batched_tokens < 1)
-      cfg.fail("max_num_batched_tokens", "must be >= 1, got " + std::to_string(options.max_num_batched_tokens));
+    if (const auto problem = grpo::native::engine_options_problem(options)) cfg.fail(problem->key, problem->message);
 
     std::optional<torch::Device> device;
     try {
