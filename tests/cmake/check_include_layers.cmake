@@ -12,7 +12,10 @@
 #   - LoRA sits on the model, not in it: no core/model file but lora.{h,cpp} includes
 #     core/model/lora.h (the model knows adapters only through ProjectionHook, projection.h);
 #   - nothing in core/ includes apps/ or plugins/; the SDK includes nothing of core/, apps/,
-#     plugins/.
+#     plugins/;
+#   - a plugin (plugins/<kind>/<name>/) includes only the SDK, the model library
+#     (core/{model,tokenizer,jinja,util}), plugins/shared/ and its own folder (a name without a
+#     folder is its own); plugins/shared/<name>/ likewise, with plugins/shared/ for its own.
 # Every violation is listed as "file:line: #include ..." with the rule it breaks.
 if(NOT ROOT OR NOT IS_DIRECTORY "${ROOT}/core")
   message(FATAL_ERROR "ROOT='${ROOT}' has no core/ folder")
@@ -64,6 +67,41 @@ foreach(folder runtime tools dist train app)
 endforeach()
 check_folder("sdk" "^(core/|apps/|plugins/)" "the SDK stands alone")
 
+# check_allowed(FOLDER ALLOWED_REGEX RULE): every quoted include with a folder in its path under
+# FOLDER matches ALLOWED_REGEX.
+function(check_allowed folder allowed_regex rule)
+  file(GLOB_RECURSE files RELATIVE "${ROOT}" "${ROOT}/${folder}/*.h" "${ROOT}/${folder}/*.cpp" "${ROOT}/${folder}/*.inc")
+  foreach(f IN LISTS files)
+    file(STRINGS "${ROOT}/${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+    math(EXPR checked "${checked} + 1")
+    foreach(line IN LISTS lines)
+      string(REGEX MATCH "\"([^\"]+)\"" _ "${line}")
+      set(target "${CMAKE_MATCH_1}")
+      if(target MATCHES "/" AND NOT target MATCHES "${allowed_regex}")
+        list(APPEND violations "${f}: ${line}   (${rule})")
+      endif()
+    endforeach()
+  endforeach()
+  set(violations "${violations}" PARENT_SCOPE)
+  set(checked ${checked} PARENT_SCOPE)
+endfunction()
+
+file(GLOB plugin_kinds LIST_DIRECTORIES true RELATIVE "${ROOT}/plugins" "${ROOT}/plugins/*")
+foreach(kind IN LISTS plugin_kinds)
+  if(NOT IS_DIRECTORY "${ROOT}/plugins/${kind}")
+    continue()
+  endif()
+  file(GLOB plugin_names LIST_DIRECTORIES true RELATIVE "${ROOT}/plugins/${kind}" "${ROOT}/plugins/${kind}/*")
+  foreach(name IN LISTS plugin_names)
+    if(NOT IS_DIRECTORY "${ROOT}/plugins/${kind}/${name}")
+      continue()
+    endif()
+    check_allowed("plugins/${kind}/${name}"
+                  "^(grpo/sdk/|core/(model|tokenizer|jinja|util)/|plugins/shared/|plugins/${kind}/${name}/)"
+                  "a plugin includes only the SDK, the model library, plugins/shared/ and its own folder")
+  endforeach()
+endforeach()
+
 if(checked EQUAL 0)
   message(FATAL_ERROR "no source file found under ${ROOT}/core: nothing was checked")
 endif()
@@ -71,4 +109,4 @@ if(violations)
   string(REPLACE ";" "\n  " listed "${violations}")
   message(FATAL_ERROR "include layering violated:\n  ${listed}")
 endif()
-message(STATUS "ok: ${checked} files under core/ and sdk/ respect the include layers")
+message(STATUS "ok: ${checked} files under core/, sdk/ and plugins/ respect the include layers")

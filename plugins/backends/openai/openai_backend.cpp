@@ -24,7 +24,7 @@
 #include "core/model/safetensors_torch.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/fs.h"
-#include "plugins/openai_client/openai_client.h"
+#include "plugins/shared/openai_client/openai_client.h"
 
 namespace {
 

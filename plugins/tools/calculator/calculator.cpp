@@ -27,7 +27,7 @@
 #include "grpo/sdk/plugin.h"
 #include "grpo/sdk/text.h"
 #include "grpo/sdk/tool.h"
-#include "plugins/verifiers/math/latex_expr.h"
+#include "plugins/shared/latex/latex_expr.h"
 
 namespace {
 

@@ -27,7 +27,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "plugins/verifiers/sandbox/sandbox.h"
+#include "plugins/shared/sandbox/sandbox.h"
 
 namespace grpo_python_tool {
 

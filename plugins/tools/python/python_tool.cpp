@@ -1,5 +1,5 @@
 // python: a tool that runs the policy's Python code in the bubblewrap sandbox the code verifier
-// uses (plugins/verifiers/sandbox, docs/sandbox.md) and shows it what the code printed. See
+// uses (plugins/shared/sandbox, docs/sandbox.md) and shows it what the code printed. See
 // README.md in this folder for the options and the observation format.
 //
 // Two modes. One-shot (the default): every call is a fresh program, like open-instruct's code
@@ -33,7 +33,7 @@
 #include "grpo/sdk/text.h"
 #include "grpo/sdk/tool.h"
 #include "plugins/tools/python/interpreters.h"
-#include "plugins/verifiers/sandbox/sandbox.h"
+#include "plugins/shared/sandbox/sandbox.h"
 
 namespace {
 

@@ -35,7 +35,7 @@
 #include "grpo/sdk/plugin.h"
 #include "grpo/sdk/text.h"
 #include "grpo/sdk/verifier.h"
-#include "plugins/verifiers/sandbox/sandbox.h"
+#include "plugins/shared/sandbox/sandbox.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 // behaviour.
 //
 // Why it is built this way:
-//   - HTTP goes through the project's shared client (plugins/openai_client): retries with
+//   - HTTP goes through the project's shared client (plugins/shared/openai_client): retries with
 //     backoff, time-outs, bearer token and error messages are the same as the `openai`
 //     rollout backend's.
 //   - The host's verifier pool calls verify() from many threads at once. Identical requests
@@ -53,7 +53,7 @@
 #include "grpo/sdk/plugin.h"
 #include "grpo/sdk/text.h"
 #include "grpo/sdk/verifier.h"
-#include "plugins/openai_client/openai_client.h"
+#include "plugins/shared/openai_client/openai_client.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <set>
 
-#include "latex_expr.h"
+#include "plugins/shared/latex/latex_expr.h"
 
 namespace grpo_math {
 

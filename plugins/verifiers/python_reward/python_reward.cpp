@@ -28,8 +28,8 @@
 #include "grpo/sdk/plugin.h"
 #include "grpo/sdk/verifier.h"
 #include "plugins/verifiers/python_reward/worker_pool.h"
-#include "plugins/verifiers/sandbox/cgroup.h"
-#include "plugins/verifiers/sandbox/sandbox.h"
+#include "plugins/shared/sandbox/cgroup.h"
+#include "plugins/shared/sandbox/sandbox.h"
 
 namespace {
 

@@ -26,7 +26,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "plugins/verifiers/sandbox/sandbox.h"
+#include "plugins/shared/sandbox/sandbox.h"
 
 namespace grpo_python_reward {
 

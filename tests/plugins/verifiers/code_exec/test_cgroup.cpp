@@ -4,7 +4,7 @@
 // proc.rst for mountinfo, admin-guide/cgroup-v2.rst for /proc/PID/cgroup).
 #include <gtest/gtest.h>
 
-#include "plugins/verifiers/sandbox/cgroup.h"
+#include "plugins/shared/sandbox/cgroup.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The sandbox's LineReader (plugins/verifiers/sandbox/line_reader.h), which python_reward's workers
+// The sandbox's LineReader (plugins/shared/sandbox/line_reader.h), which python_reward's workers
 // and the python tool's interpreters read their pipes through: its bounds hold while it reads,
 // whatever the other end writes.
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "plugins/verifiers/sandbox/line_reader.h"
+#include "plugins/shared/sandbox/line_reader.h"
 
 namespace {
 

@@ -26,7 +26,7 @@
 
 #include "code_exec_test_util.h"
 #include "grpo/sdk/config_value.h"
-#include "plugins/verifiers/sandbox/cgroup.h"
+#include "plugins/shared/sandbox/cgroup.h"
 
 namespace {
 

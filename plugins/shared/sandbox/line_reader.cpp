@@ -1,4 +1,4 @@
-#include "plugins/verifiers/sandbox/line_reader.h"
+#include "plugins/shared/sandbox/line_reader.h"
 
 #include <unistd.h>
 

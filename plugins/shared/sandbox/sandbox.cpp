@@ -1,4 +1,4 @@
-#include "plugins/verifiers/sandbox/sandbox.h"
+#include "plugins/shared/sandbox/sandbox.h"
 
 #include <dirent.h>
 #include <fcntl.h>

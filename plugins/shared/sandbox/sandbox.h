@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "plugins/verifiers/sandbox/cgroup.h"
-#include "plugins/verifiers/sandbox/line_reader.h"
+#include "plugins/shared/sandbox/cgroup.h"
+#include "plugins/shared/sandbox/line_reader.h"
 
 namespace grpo_sandbox {
 

@@ -1,4 +1,4 @@
-#include "plugins/openai_client/openai_client.h"
+#include "plugins/shared/openai_client/openai_client.h"
 
 #include <httplib.h>
 

@@ -1,4 +1,4 @@
-#include "latex_expr.h"
+#include "plugins/shared/latex/latex_expr.h"
 
 #include <cctype>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "plugins/verifiers/sandbox/cgroup.h"
+#include "plugins/shared/sandbox/cgroup.h"
 
 #include <dirent.h>
 #include <fcntl.h>
