@@ -1,3 +1,4 @@
+// Over 500 lines: saving, verifying and resuming share the file records and checks private to this file.
 #include "core/train/train_state.h"
 
 #include <nlohmann/json.hpp>
