@@ -23,10 +23,11 @@ endif()
 
 set(violations "")
 set(checked 0)
-# check_folder(FOLDER FORBIDDEN_REGEX RULE [EXCEPT FILE_REGEX]): no file under FOLDER (but those
-# whose path matches FILE_REGEX) includes a path matching FORBIDDEN_REGEX.
-function(check_folder folder forbidden_regex rule)
-  cmake_parse_arguments(ARG "" "EXCEPT" "" ${ARGN})
+# check_folder(FOLDER REGEX RULE [EXCEPT FILE_REGEX] [ONLY]): no file under FOLDER (but those
+# whose path matches FILE_REGEX) includes a path matching REGEX; with ONLY, REGEX is what may be
+# included instead: a path with a folder in it that does not match is the violation.
+function(check_folder folder regex rule)
+  cmake_parse_arguments(ARG "ONLY" "EXCEPT" "" ${ARGN})
   file(GLOB_RECURSE files RELATIVE "${ROOT}" "${ROOT}/${folder}/*.h" "${ROOT}/${folder}/*.cpp" "${ROOT}/${folder}/*.inc")
   foreach(f IN LISTS files)
     if(ARG_EXCEPT AND f MATCHES "${ARG_EXCEPT}")
@@ -37,7 +38,11 @@ function(check_folder folder forbidden_regex rule)
     foreach(line IN LISTS lines)
       string(REGEX MATCH "\"([^\"]+)\"" _ "${line}")
       set(target "${CMAKE_MATCH_1}")
-      if(target MATCHES "${forbidden_regex}")
+      if(ARG_ONLY)
+        if(target MATCHES "/" AND NOT target MATCHES "${regex}")
+          list(APPEND violations "${f}: ${line}   (${rule})")
+        endif()
+      elseif(target MATCHES "${regex}")
         list(APPEND violations "${f}: ${line}   (${rule})")
       endif()
     endforeach()
@@ -67,25 +72,6 @@ foreach(folder runtime tools dist train app)
 endforeach()
 check_folder("sdk" "^(core/|apps/|plugins/)" "the SDK stands alone")
 
-# check_allowed(FOLDER ALLOWED_REGEX RULE): every quoted include with a folder in its path under
-# FOLDER matches ALLOWED_REGEX.
-function(check_allowed folder allowed_regex rule)
-  file(GLOB_RECURSE files RELATIVE "${ROOT}" "${ROOT}/${folder}/*.h" "${ROOT}/${folder}/*.cpp" "${ROOT}/${folder}/*.inc")
-  foreach(f IN LISTS files)
-    file(STRINGS "${ROOT}/${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
-    math(EXPR checked "${checked} + 1")
-    foreach(line IN LISTS lines)
-      string(REGEX MATCH "\"([^\"]+)\"" _ "${line}")
-      set(target "${CMAKE_MATCH_1}")
-      if(target MATCHES "/" AND NOT target MATCHES "${allowed_regex}")
-        list(APPEND violations "${f}: ${line}   (${rule})")
-      endif()
-    endforeach()
-  endforeach()
-  set(violations "${violations}" PARENT_SCOPE)
-  set(checked ${checked} PARENT_SCOPE)
-endfunction()
-
 file(GLOB plugin_kinds LIST_DIRECTORIES true RELATIVE "${ROOT}/plugins" "${ROOT}/plugins/*")
 foreach(kind IN LISTS plugin_kinds)
   if(NOT IS_DIRECTORY "${ROOT}/plugins/${kind}")
@@ -96,9 +82,9 @@ foreach(kind IN LISTS plugin_kinds)
     if(NOT IS_DIRECTORY "${ROOT}/plugins/${kind}/${name}")
       continue()
     endif()
-    check_allowed("plugins/${kind}/${name}"
-                  "^(grpo/sdk/|core/(model|tokenizer|jinja|util)/|plugins/shared/|plugins/${kind}/${name}/)"
-                  "a plugin includes only the SDK, the model library, plugins/shared/ and its own folder")
+    check_folder("plugins/${kind}/${name}"
+                 "^(grpo/sdk/|core/(model|tokenizer|jinja|util)/|plugins/shared/|plugins/${kind}/${name}/)"
+                 "a plugin includes only the SDK, the model library, plugins/shared/ and its own folder" ONLY)
   endforeach()
 endforeach()
 
