@@ -183,8 +183,7 @@ int run(const Options& opt) {
 }  // namespace
 
 int grpo_serve_main(int argc, char** argv) {
-  Options opt;
-  const native::EngineOptions defaults;
+  Options opt;  // its engine options are EngineOptions{}'s defaults until the flags are read
   const auto with_default = [](const char* what, std::int64_t value) {
     return std::string(what) + " (default " + std::to_string(value) + ")";
   };
@@ -203,9 +202,9 @@ int grpo_serve_main(int argc, char** argv) {
     ("device", po::value(&opt.device)->value_name("DEV"), "cpu (default), cuda or cuda:N")
     ("attention", po::value(&opt.attention)->value_name("B"), "attention kernel: auto (default), eager, sdpa or flash_varlen (docs/gpu.md)")
     ("decode-steps", po::value(&opt.decode_steps)->value_name("S"), "decode steps: auto (default: CUDA graphs on CUDA), dynamic, bucketed or graphs (docs/rollout.md)")
-    ("max-num-seqs", po::value(&opt.engine.max_num_seqs)->value_name("N"), with_default("sequences decoded together", defaults.max_num_seqs).c_str())
+    ("max-num-seqs", po::value(&opt.engine.max_num_seqs)->value_name("N"), with_default("sequences decoded together", opt.engine.max_num_seqs).c_str())
     ("max-model-len", po::value(&opt.engine.max_model_len)->value_name("N"), "prompt + completion tokens (default: the model's, at most 8192)")
-    ("max-num-batched-tokens", po::value(&opt.engine.max_num_batched_tokens)->value_name("N"), with_default("prompt tokens per prefill forward", defaults.max_num_batched_tokens).c_str())
+    ("max-num-batched-tokens", po::value(&opt.engine.max_num_batched_tokens)->value_name("N"), with_default("prompt tokens per prefill forward", opt.engine.max_num_batched_tokens).c_str())
     ("chat-template", po::value(&opt.chat_template)->value_name("NAME|PATH"), "auto (default: the model's own), chatml, llama3 or a Jinja file")
     ("logprobs-mode", po::value(&opt.logprobs)->value_name("MODE"), "raw (default, as vLLM: log_softmax of the logits), scaled (after temperature) or processed (after top-k/top-p/min-p)")
     ("seed", po::value(&opt.seed)->value_name("SEED"), with_default("base of the random streams of requests without a seed", opt.seed).c_str())
