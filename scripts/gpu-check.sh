@@ -21,7 +21,8 @@
 # every fixture family on the device (float32 logits, scripts/transformers_parity.py); 5. PEFT
 # parity of our LoRA files trained on the device (make-lora-parity-cases.sh, peft_parity.py);
 # 6. the side-by-side benchmark against Hugging Face (bench/gpu/run.sh), then an MoE layer's
-# experts grouped against one by one (grpo_bench_moe_experts). Later steps run when one
+# experts grouped against one by one (grpo_bench_moe_experts), then the training step profiled
+# (bench/gpu/profile.sh: its tables, Chrome traces in WORK/profile). Later steps run when one
 # fails; the summary lists every step's
 # result and time and the exit status is non-zero when one failed.
 # Environment: PYTHON (default python3; in a dry run the project's .venv/bin/python), WORK
@@ -182,6 +183,10 @@ if [ "$SKIP_BENCH" = 0 ]; then
   moe_args=(--device "$DEVICE")
   [ "$DRY_RUN" = 1 ] && moe_args+=(--dry-run)
   run_step "MoE experts: grouped vs one by one (bench/gpu)" "$BIN_ROOT/bin/grpo_bench_moe_experts" "${moe_args[@]}"
+  profile_args=()
+  [ "$DRY_RUN" = 1 ] && profile_args+=(--dry-run)
+  run_step "where the training step's time goes (bench/gpu/profile.sh)" \
+    "$ROOT/bench/gpu/profile.sh" "$BIN_ROOT" "$WORK/profile" ${profile_args[@]+"${profile_args[@]}"}
 fi
 
 # ---- summary ----------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 // One GRPO step of our runtime on one device, the C++ half of bench/gpu/run.sh (the other half,
 // hf_grpo_step.py, runs what TRL's GRPOTrainer does without vLLM on the same device, shapes and
-// seeds, so that the two can be compared line by line).
+// seeds, so that the two can be compared line by line). Over 500 lines as one file on purpose:
+// its flags, the workload hf_grpo_step.py reproduces, the trainer's pieces and the report are
+// read side by side with the Python half.
 //
 // Why it is built this way:
 //   - The step is the trainer's, piece by piece, not a re-implementation: a weight sync as the
@@ -37,12 +39,20 @@
 // same generate() with dynamic decode steps, no CUDA graphs, side by side) and
 // gpu_cuda_graph_replays (decode steps of the last timed step that replayed a graph).
 //
+//
+// --profile FILE profiles the update_policy of one more step after the timed ones with LibTorch's profiler (Kineto:
+// CPU ops, CUDA runtime calls and kernels; LibTorch 2.x), writes its Chrome trace to FILE and
+// prints where the time went: the kernels' share of the wall time (a low share means the host,
+// not the device, sets the pace), the kernels and the host-side calls that took longest.
+//
 //   grpo_bench_gpu_step [--device cuda|cuda:N|cpu] [--config config.json] [--prompts 8]
 //                       [--samples 4] [--new-tokens 256] [--min-prompt 32] [--max-prompt 128]
 //                       [--micro-batch 8] [--temperature 0.7] [--lr 1e-6] [--repeats 3]
-//                       [--seed 0] [--threads N]
+//                       [--seed 0] [--threads N] [--logprob-chunk 1024] [--profile trace.json]
+// (--logprob-chunk: tokens per chunk of the chunked log-probs, train.logprob_chunk_tokens)
 #include <torch/cuda.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cmath>
@@ -52,11 +62,13 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "bench/gpu/step_profiler.h"
 #include "core/model/model_config.h"
 #include "core/model/precision.h"
 #include "core/model/transformer.h"
@@ -80,9 +92,9 @@ using grpo::bench::seconds_since;
 // ---- flags -------------------------------------------------------------------------------
 
 struct Options {
-  std::string device = "cuda", config;
+  std::string device = "cuda", config, profile;
   std::int64_t prompts = 8, samples = 4, new_tokens = 256, min_prompt = 32, max_prompt = 128, micro_batch = 8;
-  std::int64_t repeats = 3, seed = 0, threads = 0;
+  std::int64_t repeats = 3, seed = 0, threads = 0, logprob_chunk = grpo::core::UpdateOptions{}.logprob_chunk_tokens;
   double temperature = 0.7, lr = 1e-6;
 };
 
@@ -111,7 +123,8 @@ Options parse_options(int argc, char** argv) {
   const std::map<std::string, std::int64_t*> ints = {
       {"--prompts", &o.prompts},       {"--samples", &o.samples},       {"--new-tokens", &o.new_tokens},
       {"--min-prompt", &o.min_prompt}, {"--max-prompt", &o.max_prompt}, {"--micro-batch", &o.micro_batch},
-      {"--repeats", &o.repeats},       {"--seed", &o.seed},             {"--threads", &o.threads}};
+      {"--repeats", &o.repeats},       {"--seed", &o.seed},             {"--threads", &o.threads},
+      {"--logprob-chunk", &o.logprob_chunk}};
   const std::map<std::string, double*> doubles = {{"--temperature", &o.temperature}, {"--lr", &o.lr}};
   for (int i = 1; i < argc; i += 2) {
     const std::string name = argv[i];
@@ -119,6 +132,7 @@ Options parse_options(int argc, char** argv) {
     const std::string value = argv[i + 1];
     if (name == "--device") o.device = value;
     else if (name == "--config") o.config = value;
+    else if (name == "--profile") o.profile = value;
     else if (ints.count(name)) *ints.at(name) = parse_int(name, value);
     else if (doubles.count(name)) *doubles.at(name) = parse_double(name, value);
     else usage_error("unknown flag '" + name + "' (see the comment at the top of bench/gpu/grpo_step_bench.cpp)");
@@ -135,8 +149,12 @@ Options parse_options(int argc, char** argv) {
   at_least("--repeats", o.repeats, 1);
   at_least("--seed", o.seed, 0);
   at_least("--threads", o.threads, 0);
+  at_least("--logprob-chunk", o.logprob_chunk, 1);
   if (!(o.temperature > 0.0)) usage_error("--temperature must be > 0 (the benchmark samples)");
   if (!(o.lr > 0.0)) usage_error("--lr must be > 0");
+#if TORCH_VERSION_MAJOR < 2
+  if (!o.profile.empty()) usage_error("--profile needs LibTorch 2.x (Kineto's C++ API); this build has " TORCH_VERSION);
+#endif
   return o;
 }
 
@@ -307,7 +325,7 @@ double dynamic_decode_tokens_per_s(const Bench& b) {
   return static_cast<double>(generated) / seconds;
 }
 
-StepFigures grpo_step(Bench& b, std::int64_t step) {
+StepFigures grpo_step(Bench& b, std::int64_t step, bool profile) {
   StepFigures f;
   device_sync(b.device);
   const auto t_step = Clock::now();
@@ -349,10 +367,19 @@ StepFigures grpo_step(Bench& b, std::int64_t step) {
 
   grpo::core::UpdateComponents components;
   components.policy_loss = b.loss.get();
+#if TORCH_VERSION_MAJOR >= 2
+  std::optional<grpo::bench::StepProfiler> profiler;
+  if (profile) profiler.emplace(b.device);
+#endif
   t = Clock::now();
   const grpo::core::UpdateResult r = grpo::core::update_policy(b.policy, *b.optimizer, {}, groups, components, b.update);
   device_sync(b.device);
   f.update_s = seconds_since(t);
+#if TORCH_VERSION_MAJOR >= 2
+  if (profiler) profiler->finish(b.o.profile, f.update_s);
+#else
+  (void)profile;
+#endif
   f.step_s = seconds_since(t_step);
   if (r.optimizer_steps != 1) throw std::runtime_error("the update made " + std::to_string(r.optimizer_steps) + " optimizer steps, expected 1");
   f.loss = metric(r, "loss/policy_avg");
@@ -361,30 +388,15 @@ StepFigures grpo_step(Bench& b, std::int64_t step) {
   return f;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Bench b;
-  b.o = parse_options(argc, argv);
+// The policy, the engine with its own bf16 model, the optimizer, the loss and the update's
+// options, as the trainer sets them up under bf16-mixed with a colocated native engine.
+void set_up(Bench& b) {
   const Options& o = b.o;
-  b.device = parse_device(o.device);
-  try {
-    b.config = grpo::core::load_model_config(o.config);
-  } catch (const std::exception& e) {
-    usage_error(std::string("--config: ") + e.what());
-  }
-  if (o.max_prompt + o.new_tokens > b.config.max_position_embeddings)
-    usage_error("--max-prompt + --new-tokens = " + std::to_string(o.max_prompt + o.new_tokens) +
-                " exceeds the model's max_position_embeddings " + std::to_string(b.config.max_position_embeddings));
-  const int threads = grpo::bench::choose_threads(o.threads, "grpo_bench_gpu_step");
-
   torch::manual_seed(static_cast<std::uint64_t>(o.seed));
   b.policy = grpo::core::CausalLM(b.config);
   b.policy->init_weights(0.02, static_cast<std::uint64_t>(o.seed));
   b.policy->to(b.device);
   b.policy->train();
-  std::int64_t params = 0;
-  for (const auto& p : b.policy->parameters()) params += p.numel();
   // The engine's own model: its parameters are replaced by the bf16 snapshot at every sync.
   b.engine_model = grpo::core::CausalLM(b.config);
   b.engine_model->to(torch::kBFloat16);
@@ -407,11 +419,98 @@ int main(int argc, char** argv) {
   b.update.pack_length = o.max_prompt + o.new_tokens;
   b.update.temperature = o.temperature;  // the trainer divides by the sampling temperature
   b.update.max_response_len = o.new_tokens;
+  b.update.logprob_chunk_tokens = o.logprob_chunk;
   b.update.max_grad_norm = os.max_grad_norm;
   b.update.precision = grpo::core::Precision::kBf16Mixed;
   b.prompts = make_prompts(o, b.config.vocab_size);
+}
 
-  std::int64_t prompt_tokens = 0;
+// The timed steps' figures (medians are taken over these) and the last one's.
+struct Timings {
+  std::vector<double> step_s, generate_s, update_s, sync_s, decode_steps_per_s;
+  StepFigures last;
+};
+
+// The warm-up, --repeats timed steps and, with --profile, one more step profiled and left out
+// of the figures. Throws what a step threw.
+Timings run_steps(Bench& b) {
+  const Options& o = b.o;
+  Timings t;
+  const std::int64_t steps = o.repeats + (o.profile.empty() ? 0 : 1);
+  for (std::int64_t i = 0; i <= steps; ++i) {
+    const bool profiled = i > o.repeats;
+    StepFigures f;
+    try {
+      f = grpo_step(b, i, profiled);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("step " + std::to_string(i) + " failed: " + e.what());
+    }
+    const auto& s = f.stats;
+    std::printf("  %s step: %.3f s = sync %.3f + generate %.3f (prefill %.3f, decode %lld steps in %.3f s) + update %.3f "
+                "(%g micro-batches); loss %.4f, grad norm %.4f\n",
+                i == 0 ? "warm-up" : profiled ? "profiled" : "timed  ", f.step_s, f.sync_s, f.generate_s, s.prefill_s,
+                static_cast<long long>(s.decode_steps), s.decode_s, f.update_s, f.micro_batches, f.loss, f.grad_norm);
+    std::fflush(stdout);
+    if (i == 0 || profiled) continue;
+    t.step_s.push_back(f.step_s);
+    t.generate_s.push_back(f.generate_s);
+    t.update_s.push_back(f.update_s);
+    t.sync_s.push_back(f.sync_s);
+    t.decode_steps_per_s.push_back(s.decode_s > 0 ? static_cast<double>(s.decode_steps) / s.decode_s : 0.0);
+    t.last = f;
+  }
+  return t;
+}
+
+// The medians, the side-by-side dynamic decode figure and the `name: value` lines run.sh reads.
+void report(const Bench& b, const Timings& t, std::int64_t params, std::int64_t prompt_tokens) {
+  const Options& o = b.o;
+  std::int64_t engine_bytes = 0;
+  for (const auto& p : b.engine_model->parameters()) engine_bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
+  const double mean_context = static_cast<double>(prompt_tokens) / static_cast<double>(o.prompts) + 0.5 * static_cast<double>(o.new_tokens);
+  const double kv_bytes = 2.0 /* K and V */ * 2.0 /* bf16 */ * static_cast<double>(b.config.num_hidden_layers) *
+                          static_cast<double>(b.config.num_key_value_heads * b.config.head_dim) * mean_context *
+                          static_cast<double>(o.prompts * o.samples);
+  std::printf("  medians of %lld timed steps: sync %.3f s, generate %.3f s, update %.3f s, step %.3f s\n",
+              static_cast<long long>(o.repeats), median(t.sync_s), median(t.generate_s), median(t.update_s), median(t.step_s));
+  std::printf("  decode bytes per step: bf16 weights %.1f MB + KV cache at mean context %.1f tokens %.1f MB\n",
+              engine_bytes / 1e6, mean_context, kv_bytes / 1e6);
+  const double dynamic_tokens_per_s = dynamic_decode_tokens_per_s(b);
+  const auto& stats = t.last.stats;
+  std::printf("  decode steps: %s (%lld CUDA graph replays, %lld captured, %lld padded rows in the last step); "
+              "dynamic steps on the same weights: %.1f tokens/s\n",
+              grpo::native::decode_steps_name(stats.decode_mode), static_cast<long long>(stats.graph_replays),
+              static_cast<long long>(stats.graphs_captured), static_cast<long long>(stats.padded_rows), dynamic_tokens_per_s);
+  std::printf("gpu_decode_tokens_per_s: %.1f\n", static_cast<double>(t.last.generated) / median(t.generate_s));
+  std::printf("gpu_decode_tokens_per_s_dynamic: %.1f\n", dynamic_tokens_per_s);
+  std::printf("gpu_cuda_graph_replays: %lld\n", static_cast<long long>(stats.graph_replays));
+  std::printf("gpu_train_tokens_per_s: %.1f\n", static_cast<double>(t.last.train_tokens) / median(t.update_s));
+  std::printf("gpu_step_s: %.4f\n", median(t.step_s));
+  std::printf("gpu_params: %lld\n", static_cast<long long>(params));
+  std::printf("gpu_decode_steps_per_s: %.2f\n", median(t.decode_steps_per_s));
+  std::printf("gpu_decode_bytes_per_step: %.0f\n", static_cast<double>(engine_bytes) + kv_bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Bench b;
+  b.o = parse_options(argc, argv);
+  const Options& o = b.o;
+  b.device = parse_device(o.device);
+  try {
+    b.config = grpo::core::load_model_config(o.config);
+  } catch (const std::exception& e) {
+    usage_error(std::string("--config: ") + e.what());
+  }
+  if (o.max_prompt + o.new_tokens > b.config.max_position_embeddings)
+    usage_error("--max-prompt + --new-tokens = " + std::to_string(o.max_prompt + o.new_tokens) +
+                " exceeds the model's max_position_embeddings " + std::to_string(b.config.max_position_embeddings));
+  const int threads = grpo::bench::choose_threads(o.threads, "grpo_bench_gpu_step");
+  set_up(b);
+
+  std::int64_t params = 0, prompt_tokens = 0;
+  for (const auto& p : b.policy->parameters()) params += p.numel();
   for (const auto& p : b.prompts) prompt_tokens += static_cast<std::int64_t>(p.size());
   std::printf("ours: GRPO step on %s, device %s, %lld LibTorch threads\n", o.config.c_str(), b.device.str().c_str(), threads * 1LL);
   std::printf("  model: %lld parameters, random weights (std 0.02, seed %lld), bf16-mixed (float32 master, bf16 autocast); "
@@ -423,55 +522,13 @@ int main(int argc, char** argv) {
               static_cast<long long>(prompt_tokens), static_cast<long long>(o.samples), static_cast<long long>(o.new_tokens),
               o.temperature, static_cast<long long>(o.micro_batch), static_cast<long long>(b.update.pack_length), o.lr);
   std::fflush(stdout);
-
-  std::vector<double> step_s, generate_s, update_s, sync_s, decode_steps_per_s;
-  StepFigures last;
-  for (std::int64_t i = 0; i <= o.repeats; ++i) {
-    StepFigures f;
-    try {
-      f = grpo_step(b, i);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "grpo_bench_gpu_step: step %lld failed: %s\n", static_cast<long long>(i), e.what());
-      return 1;
-    }
-    const auto& s = f.stats;
-    std::printf("  %s step: %.3f s = sync %.3f + generate %.3f (prefill %.3f, decode %lld steps in %.3f s) + update %.3f "
-                "(%g micro-batches); loss %.4f, grad norm %.4f\n",
-                i == 0 ? "warm-up" : "timed  ", f.step_s, f.sync_s, f.generate_s, s.prefill_s,
-                static_cast<long long>(s.decode_steps), s.decode_s, f.update_s, f.micro_batches, f.loss, f.grad_norm);
-    std::fflush(stdout);
-    if (i == 0) continue;
-    step_s.push_back(f.step_s);
-    generate_s.push_back(f.generate_s);
-    update_s.push_back(f.update_s);
-    sync_s.push_back(f.sync_s);
-    decode_steps_per_s.push_back(s.decode_s > 0 ? static_cast<double>(s.decode_steps) / s.decode_s : 0.0);
-    last = f;
+  Timings timings;
+  try {
+    timings = run_steps(b);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "grpo_bench_gpu_step: %s\n", e.what());
+    return 1;
   }
-
-  std::int64_t engine_bytes = 0;
-  for (const auto& p : b.engine_model->parameters()) engine_bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
-  const double mean_context = static_cast<double>(prompt_tokens) / static_cast<double>(o.prompts) + 0.5 * static_cast<double>(o.new_tokens);
-  const double kv_bytes = 2.0 /* K and V */ * 2.0 /* bf16 */ * static_cast<double>(b.config.num_hidden_layers) *
-                          static_cast<double>(b.config.num_key_value_heads * b.config.head_dim) * mean_context *
-                          static_cast<double>(o.prompts * o.samples);
-  std::printf("  medians of %lld timed steps: sync %.3f s, generate %.3f s, update %.3f s, step %.3f s\n",
-              static_cast<long long>(o.repeats), median(sync_s), median(generate_s), median(update_s), median(step_s));
-  std::printf("  decode bytes per step: bf16 weights %.1f MB + KV cache at mean context %.1f tokens %.1f MB\n",
-              engine_bytes / 1e6, mean_context, kv_bytes / 1e6);
-  const double dynamic_tokens_per_s = dynamic_decode_tokens_per_s(b);
-  std::printf("  decode steps: %s (%lld CUDA graph replays, %lld captured, %lld padded rows in the last step); "
-              "dynamic steps on the same weights: %.1f tokens/s\n",
-              grpo::native::decode_steps_name(last.stats.decode_mode), static_cast<long long>(last.stats.graph_replays),
-              static_cast<long long>(last.stats.graphs_captured), static_cast<long long>(last.stats.padded_rows),
-              dynamic_tokens_per_s);
-  std::printf("gpu_decode_tokens_per_s: %.1f\n", static_cast<double>(last.generated) / median(generate_s));
-  std::printf("gpu_decode_tokens_per_s_dynamic: %.1f\n", dynamic_tokens_per_s);
-  std::printf("gpu_cuda_graph_replays: %lld\n", static_cast<long long>(last.stats.graph_replays));
-  std::printf("gpu_train_tokens_per_s: %.1f\n", static_cast<double>(last.train_tokens) / median(update_s));
-  std::printf("gpu_step_s: %.4f\n", median(step_s));
-  std::printf("gpu_params: %lld\n", static_cast<long long>(params));
-  std::printf("gpu_decode_steps_per_s: %.2f\n", median(decode_steps_per_s));
-  std::printf("gpu_decode_bytes_per_step: %.0f\n", static_cast<double>(engine_bytes) + kv_bytes);
+  report(b, timings, params, prompt_tokens);
   return 0;
 }

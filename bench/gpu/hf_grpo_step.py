@@ -27,7 +27,8 @@ Why it is built this way:
 
 Prints details, then `name: value` lines: hf_decode_tokens_per_s_bf16,
 hf_decode_tokens_per_s_autocast, hf_train_tokens_per_s, hf_step_s, hf_params, gpu_name,
-peak_bf16_flops, peak_flops_source, mem_bandwidth_bytes_per_s, mem_bandwidth_source.
+peak_bf16_flops, peak_flops_source, mem_bandwidth_bytes_per_s, mem_bandwidth_source,
+measured_bf16_flops (a large bf16 matmul timed in this run, whatever the table says).
 """
 import argparse
 import contextlib
@@ -108,6 +109,22 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
+def matmul_flops(device):
+    """bf16 flop/s of one large matmul on random data (best of 10 after 2 warm-ups)."""
+    n = 8192 if device.type == "cuda" else 512
+    x = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    y = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    best = float("inf")
+    for i in range(12):
+        sync(device)
+        t0 = time.perf_counter()
+        x @ y
+        sync(device)
+        if i >= 2:
+            best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best, f"measured (bf16 matmul {n}x{n}x{n}, best of 10)"
+
+
 def peaks(device):
     """(bf16 flop/s, source), (bytes/s, source): a table by device name, else measured here."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -121,18 +138,7 @@ def peaks(device):
     elif "A100" in name:
         flops = (312e12, "table (A100)")
     if flops is None:
-        n = 8192 if device.type == "cuda" else 512
-        x = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-        y = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-        best = float("inf")
-        for i in range(12):
-            sync(device)
-            t0 = time.perf_counter()
-            x @ y
-            sync(device)
-            if i >= 2:
-                best = min(best, time.perf_counter() - t0)
-        flops = (2 * n**3 / best, f"measured (bf16 matmul {n}x{n}x{n}, best of 10)")
+        flops = matmul_flops(device)
     if bandwidth is None:
         nbytes = (1 << 30) if device.type == "cuda" else (1 << 26)
         src = torch.empty(nbytes, dtype=torch.uint8, device=device)
@@ -294,6 +300,9 @@ def main():
     print(f"peak_flops_source: {flops_source}")
     print(f"mem_bandwidth_bytes_per_s: {bandwidth:.4g}")
     print(f"mem_bandwidth_source: {bandwidth_source}")
+    # The rate a matmul reaches on this card in this run (an H200's datasheet says 989 TFLOP/s
+    # dense; a large bf16 product on random data reaches ~790): run.sh's second MFU.
+    print(f"measured_bf16_flops: {flops if flops_source.startswith('measured') else matmul_flops(device)[0]:.4g}")
     return 0
 
 
