@@ -1,5 +1,8 @@
 #include "core/model/logprobs.h"
 
+#include <torch/version.h>
+
+#include <atomic>
 #include <stdexcept>
 
 #include "core/model/precision.h"
@@ -18,7 +21,11 @@ void check_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, cons
   if (hidden.sizes().slice(0, hidden.dim() - 1) != targets.sizes())
     throw std::invalid_argument("token_logprobs: targets must have hidden's shape without the last dim");
   if (targets.scalar_type() != torch::kLong) throw std::invalid_argument("token_logprobs: targets must be int64");
-  if (targets.numel() > 0 && (targets.min().item<int64_t>() < 0 || targets.max().item<int64_t>() >= weight.size(0)))
+  // The range on the host only: reading a device tensor's min and max would stall the host
+  // inside every training micro-batch (callers with device targets check their host ids, as
+  // core/train/packing does).
+  if (targets.is_cpu() && targets.numel() > 0 &&
+      (targets.min().item<int64_t>() < 0 || targets.max().item<int64_t>() >= weight.size(0)))
     throw std::invalid_argument("token_logprobs: a target id is outside [0, " + std::to_string(weight.size(0)) + ")");
   if (options.chunk_tokens <= 0) throw std::invalid_argument("token_logprobs: chunk_tokens must be > 0");
   if (options.logit_softcap < 0) throw std::invalid_argument("token_logprobs: logit_softcap must be >= 0");
@@ -31,11 +38,44 @@ torch::Tensor compute_weight(const torch::Tensor& weight, torch::Dtype compute) 
   return compute == weight.scalar_type() ? weight : weight.to(compute);
 }
 
-// Logits of one chunk in float32: softcap(h W^T) / temperature, the matmul in `weight`'s dtype.
+// Logits of one chunk in float32: softcap(h W^T) / temperature, the matmul in `weight`'s dtype
+// (bf16-mixed: rounded to bf16 and widened, as transformers' lm_head under autocast gives them).
 torch::Tensor chunk_logits(const torch::Tensor& h, const torch::Tensor& weight, double temperature, double softcap) {
   auto z = torch::matmul(h.to(weight.scalar_type()), weight.t()).to(torch::kFloat32);
   if (softcap > 0) z = torch::tanh(z / softcap) * softcap;
-  return temperature == 1.0 ? z : z / temperature;
+  return temperature == 1.0 ? z : z.div_(temperature);
+}
+
+// LibTorch 2.9+ on CUDA: the LM head's gradient accumulates over the chunks inside its bf16
+// product (addmm with a float32 accumulator, beta = 1), not as a bf16 product added to it in a
+// pass of its own: one [vocab, hidden] bf16 write and a float32 read-modify-write fewer per
+// chunk, and the sum is not rounded to bf16 on the way (more exact, not less). ATen's checks on
+// this overload changed between versions (2.9 wants the accumulator in the operands' dtype):
+// the first refusal switches this process to the plain product; an out-of-memory error is not a
+// refusal and propagates.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+std::atomic<bool> float32_accumulation_refused{false};
+
+bool accumulated_in_float32(torch::Tensor& grad_w, const torch::Tensor& a, const torch::Tensor& b) {
+  if (!grad_w.is_cuda() || a.scalar_type() != torch::kBFloat16 || float32_accumulation_refused.load()) return false;
+  try {
+    at::addmm_out(grad_w, grad_w, a.t(), b, torch::kFloat32);
+    return true;
+  } catch (const c10::OutOfMemoryError&) {
+    throw;
+  } catch (const c10::Error&) {
+    float32_accumulation_refused.store(true);
+    return false;
+  }
+}
+#else
+bool accumulated_in_float32(torch::Tensor&, const torch::Tensor&, const torch::Tensor&) { return false; }
+#endif
+
+// grad_w (float32) += a^T b for a [chunk, vocab], b [chunk, hidden], both in the compute dtype
+// (bf16-mixed).
+void accumulate_weight_grad(torch::Tensor& grad_w, const torch::Tensor& a, const torch::Tensor& b) {
+  if (!accumulated_in_float32(grad_w, a, b)) grad_w.add_(torch::matmul(a.t(), b));
 }
 
 // Forward keeps only the per-token log-sum-exp; backward recomputes each chunk's logits.
@@ -60,9 +100,12 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
       auto z = chunk_logits(hidden.narrow(0, start, len), w, temperature, softcap);
       auto l = torch::logsumexp(z, -1, /*keepdim=*/true);
       lse.narrow(0, start, len).copy_(l.squeeze(1));
-      z.sub_(l);  // now log-softmax
-      logp.narrow(0, start, len).copy_(z.gather(1, targets.narrow(0, start, len).unsqueeze(1)).squeeze(1));
-      if (with_entropy) entropy.narrow(0, start, len).copy_(z.exp().mul_(z).sum(-1).neg_());
+      // log p_t = z_t - lse: the same subtraction as on the whole log-softmax, on one column.
+      logp.narrow(0, start, len).copy_((z.gather(1, targets.narrow(0, start, len).unsqueeze(1)) - l).squeeze(1));
+      if (with_entropy) {
+        z.sub_(l);  // now log-softmax
+        entropy.narrow(0, start, len).copy_(z.exp().mul_(z).sum(-1).neg_());
+      }
     }
     ctx->save_for_backward({hidden, weight, targets, lse, entropy});
     ctx->saved_data["chunk"] = chunk;
@@ -114,10 +157,12 @@ class ChunkedLogProb : public torch::autograd::Function<ChunkedLogProb> {
       if (g_ent.defined()) gz.add_(z);
       if (temperature != 1.0) gz.div_(temperature);
       if (cap_slope.defined()) gz.mul_(cap_slope);
-      if (need_h) grad_h.narrow(0, start, len).copy_(torch::matmul(gz.to(compute), w));
-      // bf16-mixed: the weight gradient's product in bf16 too (as autocast's linear would),
-      // accumulated over chunks in float32.
-      if (need_w && mixed) grad_w.add_(torch::matmul(gz.t().to(compute), h.to(compute)));
+      // bf16-mixed: both products in bf16 (as autocast's linear would) from one bf16 copy of
+      // the logits' gradient, the weight's accumulated over chunks in float32. (gz itself when
+      // the compute dtype is float32.)
+      const torch::Tensor gz_compute = gz.to(compute);
+      if (need_h) grad_h.narrow(0, start, len).copy_(torch::matmul(gz_compute, w));
+      if (need_w && mixed) accumulate_weight_grad(grad_w, gz_compute, h.to(compute));
       if (need_w && !mixed) grad_w.addmm_(gz.t(), h.to(torch::kFloat32));
     }
     if (need_w) grad_w = grad_w.to(weight.scalar_type());

@@ -24,7 +24,8 @@ struct TokenLogProbs {
 };
 
 // hidden [..., H] (the final hidden states), lm_head_weight [V, H], targets [...] int64 in
-// [0, V). Differentiable w.r.t. hidden and lm_head_weight. Logits are computed in the
+// [0, V) (checked when targets are on the CPU; a device tensor's ids are the caller's to check,
+// on the host, since reading them back would stall it). Differentiable w.r.t. hidden and lm_head_weight. Logits are computed in the
 // weight's dtype and upcast to float32 (as transformers does), softmax in float32.
 TokenLogProbs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& lm_head_weight,
                              const torch::Tensor& targets, const LogProbOptions& options = {});

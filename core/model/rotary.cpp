@@ -1,6 +1,8 @@
 #include "core/model/rotary.h"
 
 #include <cmath>
+#include <tuple>
+#include <utility>
 
 namespace grpo::core {
 
@@ -124,6 +126,33 @@ std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::cos_sin(const torch::Te
   auto emb = torch::cat({freqs, freqs}, -1);
   if (attention_factor_ == 1.0) return {emb.cos(), emb.sin()};
   return {emb.cos() * attention_factor_, emb.sin() * attention_factor_};
+}
+
+// ---- the tables of one pass ------------------------------------------------------------------
+
+namespace {
+
+std::pair<torch::Tensor, torch::Tensor> for_heads(const std::pair<torch::Tensor, torch::Tensor>& cos_sin) {
+  const auto& [cos, sin] = cos_sin;
+  if (!cos.defined()) return {};
+  const int64_t half = sin.size(-1) / 2;
+  const torch::Tensor signed_sin = torch::cat({-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)}, -1);
+  return {cos.unsqueeze(2), signed_sin.unsqueeze(2)};
+}
+
+}  // namespace
+
+RotaryTables rotary_tables_from(const std::pair<torch::Tensor, torch::Tensor>& cos_sin,
+                                const std::pair<torch::Tensor, torch::Tensor>& local_cos_sin) {
+  RotaryTables t;
+  std::tie(t.cos, t.sin_signed) = for_heads(cos_sin);
+  std::tie(t.local_cos, t.local_sin_signed) = for_heads(local_cos_sin);
+  return t;
+}
+
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin_signed) {
+  // roll by half the last dim swaps the halves: (x1, x2) -> (x2, x1).
+  return x * cos + torch::roll(x, {x.size(-1) / 2}, {-1}) * sin_signed;
 }
 
 }  // namespace grpo::core

@@ -14,12 +14,24 @@
 
 namespace grpo::core {
 
-// cos/sin of one pass's positions, [B, T, head_dim] float32: the model's rotary and, for Gemma 3's
-// sliding layers, the local one.
+// cos/sin of one pass's positions, [B, T, 1, head_dim] float32 (one head axis to broadcast
+// over): the model's rotary and, for Gemma 3's sliding layers, the local one. sin comes with
+// its first half negated, which folds transformers' rotate_half into a swap of the halves:
+// rotate_half(x) * sin == roll(x, head_dim / 2) * sin_signed, bit for bit (negation is exact;
+// the backward differs at most in the sign of a zero gradient, which nothing downstream reads),
+// with one kernel each way where slicing, negating and concatenating took five.
 struct RotaryTables {
-  torch::Tensor cos, sin;
-  torch::Tensor local_cos, local_sin;  // undefined unless the config has a local_rope
+  torch::Tensor cos, sin_signed;
+  torch::Tensor local_cos, local_sin_signed;  // undefined unless the config has a local_rope
 };
+
+// The tables of one pass from cos_sin's [B, T, head_dim] cos and sin.
+RotaryTables rotary_tables_from(const std::pair<torch::Tensor, torch::Tensor>& cos_sin,
+                                const std::pair<torch::Tensor, torch::Tensor>& local_cos_sin = {});
+
+// transformers' apply_rotary_pos_emb for x [B, T, heads, D]: x * cos + rotate_half(x) * sin,
+// written with the tables above.
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin_signed);
 
 // Rotary embedding tables (not parameters: transformers does not save inv_freq either), with
 // every RoPE scaling of transformers' modeling_rope_utils. Dynamic NTK and longrope depend on the

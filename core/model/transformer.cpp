@@ -11,21 +11,6 @@
 
 namespace grpo::core {
 
-namespace {
-
-// transformers' rotate_half: (x1, x2) -> (-x2, x1) over the two halves of the last dim.
-torch::Tensor rotate_half(const torch::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
-torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  // x [B, T, heads, D]; cos/sin [B, T, 1, D] already in the hidden states' dtype.
-  return x * cos + rotate_half(x) * sin;
-}
-
-}  // namespace
-
 // ---- modules ------------------------------------------------------------------------------
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps, RmsNormKind kind) : eps_(eps), kind_(kind) {
@@ -47,6 +32,14 @@ torch::Tensor rms_normalize(const torch::Tensor& h, double eps) {
 }  // namespace
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  // float32 in, a float32 weight applied after the normalization: the fused kernel applies it
+  // too ((x * rstd) * w, as the two ops round it), and its backward forms the weight's gradient,
+  // which took three more kernels. Other dtypes round h to x's dtype before the weight: below.
+  if (x.is_cuda() && x.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32 &&
+      kind_ != RmsNormKind::kOffsetInFloat32)
+    return at::rms_norm(x, {x.size(-1)}, weight, eps_);
+#endif
   const auto h = rms_normalize(x.to(torch::kFloat32), eps_);
   switch (kind_) {
     case RmsNormKind::kOffsetInFloat32: return (h * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
@@ -114,9 +107,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
     k = k_norm(k);
   }
   const torch::Tensor& cos = local_rotary_ ? rotary.local_cos : rotary.cos;
-  const torch::Tensor& sin = local_rotary_ ? rotary.local_sin : rotary.sin;
-  auto c = cos.unsqueeze(2).to(x.scalar_type());
-  auto s = sin.unsqueeze(2).to(x.scalar_type());
+  const torch::Tensor& sin = local_rotary_ ? rotary.local_sin_signed : rotary.sin_signed;
+  auto c = cos.to(x.scalar_type());
+  auto s = sin.to(x.scalar_type());
   q = apply_rotary(q, c, s);
   k = apply_rotary(k, c, s);
   auto out = attend(q, k, v, spec_, context);  // [B, T, H, D]
@@ -262,10 +255,8 @@ torch::Tensor CausalLMImpl::embed(const torch::Tensor& input_ids) {
 }
 
 RotaryTables CausalLMImpl::rotary_tables(const torch::Tensor& position_ids) const {
-  RotaryTables t;
-  std::tie(t.cos, t.sin) = rotary_.cos_sin(position_ids);
-  if (local_rotary_) std::tie(t.local_cos, t.local_sin) = local_rotary_->cos_sin(position_ids);
-  return t;
+  return rotary_tables_from(rotary_.cos_sin(position_ids),
+                            local_rotary_ ? local_rotary_->cos_sin(position_ids) : std::pair<torch::Tensor, torch::Tensor>{});
 }
 
 namespace {

@@ -31,14 +31,29 @@ double clip_param_grad_norm(torch::optim::Optimizer& optimizer, double max_norm)
     for (auto& p : group.params())
       if (p.grad().defined()) grads.push_back(p.grad());
   if (grads.empty()) return 0.0;
+  // CUDA: the foreach kernels, a few launches for all the gradients where one per tensor (a cast,
+  // a norm, a multiply: ~900 launches for a 0.5B model) kept the host busy; the per-tensor
+  // norms in float32, as PyTorch's clip_grad_norm_ takes them, summed in float64. The CPU keeps
+  // its float64 norms, with which every CPU test and checkpoint was made.
+  bool foreach = TORCH_VERSION_MAJOR >= 2;
+  for (const auto& g : grads)
+    foreach = foreach && g.is_cuda() && g.device() == grads.front().device() && g.scalar_type() == torch::kFloat32;
+  torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> norms;
-  norms.reserve(grads.size());
-  for (const auto& g : grads) norms.push_back(g.detach().to(torch::kDouble).norm(2));
-  const double norm = torch::stack(norms).norm(2).to(torch::kCPU).item<double>();  // read back on the host
+  if (foreach) {
+    norms = at::_foreach_norm(grads, 2);
+  } else {
+    norms.reserve(grads.size());
+    for (const auto& g : grads) norms.push_back(g.detach().to(torch::kDouble).norm(2));
+  }
+  const double norm = torch::stack(norms).to(torch::kDouble).norm(2).to(torch::kCPU).item<double>();  // read back on the host
   if (std::isfinite(norm) && max_norm > 0.0 && norm > max_norm) {
     const double coef = max_norm / (norm + 1e-6);
-    torch::NoGradGuard no_grad;
-    for (const auto& g : grads) g.mul_(coef);
+    if (foreach) {
+      at::_foreach_mul_(grads, coef);
+    } else {
+      for (const auto& g : grads) g.mul_(coef);
+    }
   }
   return norm;
 }

@@ -98,8 +98,9 @@ class CheckedOptimizerState {
   virtual void check_state(torch::serialize::InputArchive& archive) const = 0;
 };
 
-// The global L2 norm of the optimizer's gradients (float64, as torch.nn.utils.clip_grad_norm_
-// measures it; 0 without gradients). When it is finite and above max_norm > 0 the gradients
+// The global L2 norm of the optimizer's gradients (each tensor's norm in float64 on the CPU, in
+// float32 by foreach kernels on CUDA as torch.nn.utils.clip_grad_norm_ takes it; their norm in
+// float64; 0 without gradients). When it is finite and above max_norm > 0 the gradients
 // are scaled by clip_grad_norm_'s coefficient max_norm / (norm + 1e-6); a non-finite norm is
 // returned as is (the caller skips the step).
 double clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm);

@@ -108,6 +108,11 @@ ResponseLogProbs scatter_response(CausalLM& model, const torch::Tensor& flat_hid
   torch::Tensor logprobs = torch::zeros({rows * width}, f32);
   torch::Tensor entropy = options.with_entropy ? torch::zeros({rows * width}, f32) : torch::Tensor();
   if (!index.source.empty()) {
+    const std::int64_t vocab = weight.size(0);
+    for (const std::int64_t t : index.targets)  // on the host: token_logprobs leaves device ids to its caller
+      if (t < 0 || t >= vocab)
+        throw std::invalid_argument("response token id " + std::to_string(t) + " is outside the model's vocabulary [0, " +
+                                    std::to_string(vocab) + ")");
     const torch::Tensor source = to_device(index.source, i64.device());
     const torch::Tensor dest = to_device(index.dest, i64.device());
     const torch::Tensor targets = to_device(index.targets, i64.device());

@@ -2,11 +2,13 @@
 // torch::optim::AdamW's own step on the CPU in float64 terms: the same formula, so after several
 // steps with weight decay, both groups and a parameter that misses a step, the weights and the
 // moments agree to float32 rounding and the step counts (what checkpoints save) are equal.
-// GRPO_GPU_TESTS_DEVICE=cpu runs the fused kernel's CPU version (LibTorch 2.x).
+// GRPO_GPU_TESTS_DEVICE=cpu runs the fused kernel's CPU version (LibTorch 2.x). ClipGradNorm: the
+// global-norm clipping the trainer runs before each step, against its formula.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <cmath>
 #include <vector>
 
 #include "core/optim/optimizer.h"
@@ -58,4 +60,35 @@ TEST(FusedAdamW, MatchesTheUnfusedStep) {
     EXPECT_LT((fs.exp_avg_sq().cpu() - ps.exp_avg_sq()).abs().max().item<double>(), 1e-6) << "parameter " << i;
   }
 #endif
+}
+
+TEST(ClipGradNorm, MatchesTheFormulaInFloat64) {
+  // clip_grad_norm (the trainer's; foreach kernels on CUDA): the global norm sqrt(sum of every
+  // gradient element squared), and when it exceeds max_norm every gradient scaled by
+  // max_norm / (norm + 1e-6), as torch.nn.utils.clip_grad_norm_ does. The formula in float64
+  // on the host is the reference; a parameter without a gradient is left out.
+  GRPO_SKIP_WITHOUT_DEVICE();
+  const torch::Device device = device_under_test();
+  torch::manual_seed(5);
+  std::vector<torch::Tensor> grads = {torch::randn({300, 40}) * 3, torch::randn({40}), torch::randn({7, 9, 11}) * 0.1};
+  std::vector<torch::Tensor> params;
+  for (const auto& g : grads) params.push_back(torch::zeros(g.sizes(), torch::TensorOptions().device(device)).set_requires_grad(true));
+  params.push_back(torch::zeros({5}, torch::TensorOptions().device(device)).set_requires_grad(true));  // no gradient
+  grpo::core::OptimizerSettings settings;
+  auto optimizer = grpo::core::make_adamw(params, settings);
+  double sum_sq = 0.0;
+  for (const auto& g : grads) sum_sq += g.to(torch::kFloat64).square().sum().item<double>();
+  const double norm = std::sqrt(sum_sq);
+  for (const double max_norm : {norm * 2, norm / 4}) {
+    for (std::size_t i = 0; i < grads.size(); ++i) params[i].mutable_grad() = grads[i].to(device).clone();
+    const double got = grpo::core::clip_grad_norm(*optimizer, max_norm);
+    EXPECT_NEAR(got / norm, 1.0, 1e-6) << "max_norm " << max_norm;
+    const double coef = max_norm < norm ? max_norm / (norm + 1e-6) : 1.0;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      const auto want = grads[i].to(torch::kFloat64) * coef;
+      const auto have = params[i].grad().cpu().to(torch::kFloat64);
+      EXPECT_LT(((have - want).abs() / (want.abs() + 1e-12)).max().item<double>(), 1e-6) << "gradient " << i << ", max_norm " << max_norm;
+    }
+    EXPECT_FALSE(params.back().grad().defined());
+  }
 }

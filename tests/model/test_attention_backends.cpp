@@ -313,6 +313,21 @@ TEST(VarlenPlan, MatchesTheEagerMasksOfPackedRows) {
     }
 }
 
+TEST(VarlenPlan, AKeptCopyServesTheSameRowAndIsReplacedForAnother) {
+  // One pass's layers share a layout: the second plan reads the first one's device tensor; a
+  // row with other lengths (even as many) gets a fresh copy with its own values.
+  VarlenCopy copy;
+  const auto first = varlen_plan({0, 3, 5}, 0, torch::kCPU, &copy);
+  const auto again = varlen_plan({0, 3, 5}, 2, torch::kCPU, &copy);
+  EXPECT_EQ(again.cu_seqlens.data_ptr(), first.cu_seqlens.data_ptr());
+  EXPECT_EQ(again.window_left, 1);
+  const auto other = varlen_plan({0, 2, 5}, 0, torch::kCPU, &copy);
+  EXPECT_NE(other.cu_seqlens.data_ptr(), first.cu_seqlens.data_ptr());
+  EXPECT_TRUE(other.cu_seqlens.to(torch::kLong).equal(torch::tensor({0, 2, 5}, torch::kLong)));
+  EXPECT_TRUE(first.cu_seqlens.to(torch::kLong).equal(torch::tensor({0, 3, 5}, torch::kLong))) << "the first plan's copy is its own";
+  EXPECT_EQ(copy.host, (std::vector<int64_t>{0, 2, 5}));
+}
+
 TEST(VarlenPlan, RejectsARowThatDoesNotStartAtZero) {
   EXPECT_THROW(varlen_plan({1, 3}, 0, torch::kCPU), std::invalid_argument);
   EXPECT_THROW(varlen_plan({0}, 0, torch::kCPU), std::invalid_argument);

@@ -315,3 +315,32 @@ TEST(Rotary, Llama3ScalingKeepsShortSlowsLongAndInterpolatesBetween) {
     EXPECT_NEAR(inv[i].item<double>() / expected, 1.0, 1e-6) << "frequency " << i;
   }
 }
+
+TEST(Rotary, SwappedHalvesWithSignedSinEqualTransformersRotateHalfBitForBit) {
+  // transformers' apply_rotary_pos_emb: q * cos + rotate_half(q) * sin, rotate_half(x) =
+  // cat(-x2, x1) over the halves of the last dim, written out here; our tables fold the sign
+  // into sin and swap the halves instead. Negation is exact, so the two agree bit for bit: in
+  // float32, with bf16 q times float32 tables (bf16-mixed: q_proj's output under autocast, the
+  // residual stream in float32) and with both in bf16 (a bf16 model, as the engine runs it).
+  auto gen = at::detail::createCPUGenerator(7);
+  const int64_t B = 2, T = 5, H = 3, D = 8;
+  const auto cos = torch::randn({B, T, D}, gen), sin = torch::randn({B, T, D}, gen);
+  const RotaryTables tables = rotary_tables_from({cos, sin});
+  ASSERT_EQ(tables.cos.sizes(), (std::vector<int64_t>{B, T, 1, D}));
+  ASSERT_FALSE(tables.local_cos.defined());
+  struct Case {
+    torch::Dtype q, tables;
+  };
+  for (const Case c : {Case{torch::kFloat32, torch::kFloat32}, Case{torch::kBFloat16, torch::kFloat32},
+                       Case{torch::kBFloat16, torch::kBFloat16}}) {
+    const auto q = torch::randn({B, T, H, D}, gen).to(c.q);
+    // As the attention casts the tables to the hidden states' dtype.
+    const auto cos_c = cos.to(c.tables), sin_c = sin.to(c.tables);
+    const auto rotate_half = torch::cat({-q.narrow(-1, D / 2, D / 2), q.narrow(-1, 0, D / 2)}, -1);
+    const auto expected = q * cos_c.unsqueeze(2) + rotate_half * sin_c.unsqueeze(2);
+    const auto got = apply_rotary(q, tables.cos.to(c.tables), tables.sin_signed.to(c.tables));
+    ASSERT_EQ(got.scalar_type(), expected.scalar_type());
+    EXPECT_TRUE(torch::equal(got, expected)) << "q " << c.q << ", tables " << c.tables << ": max |diff| "
+                                             << max_abs_diff(got, expected);
+  }
+}

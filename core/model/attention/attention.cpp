@@ -165,9 +165,12 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
   const int64_t B = q.size(0), T = q.size(1);
 
   if (choice.kernel == AttentionKernel::kFlashVarlen) {  // packed rows, B == 1: [T, heads, D] as they are
-    const VarlenPlan plan = varlen_plan(layout.cu_seqlens, spec.window, q.device());
+    const VarlenPlan plan = varlen_plan(layout.cu_seqlens, spec.window, q.device(), context.varlen_copy.get());
     const auto dtype = autocast_compute_dtype(q);
-    auto out = kernels::flash_varlen(q[0].to(dtype), k[0].to(dtype), v[0].to(dtype), plan, spec.scaling);
+    // squeeze, not q[0]: a select's backward writes a zero tensor and copies into it, a
+    // squeeze's is a view (two kernels fewer per tensor and layer).
+    auto out = kernels::flash_varlen(q.squeeze(0).to(dtype), k.squeeze(0).to(dtype), v.squeeze(0).to(dtype), plan,
+                                     spec.scaling);
     return out.unsqueeze(0);
   }
 

@@ -8,11 +8,13 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/model/attention/backend.h"
 #include "core/model/attention/kv_cache.h"
 #include "core/model/attention/layout.h"
+#include "core/model/attention/varlen.h"
 
 namespace grpo::core {
 
@@ -32,6 +34,10 @@ struct AttentionContext {
   KVCache* cache = nullptr;        // padded decoding: the new tokens are appended
   const SlotStep* slots = nullptr;  // slot decoding (the rollout engine)
   AttentionBackend backend = AttentionBackend::kAuto;
+  // Packed rows on a device: the layout's cu_seqlens there, copied by the first layer whose
+  // kernel needs them and reused by the others (one host-to-device copy per pass, not per
+  // layer); shared with the copies activation checkpointing makes.
+  std::shared_ptr<VarlenCopy> varlen_copy = std::make_shared<VarlenCopy>();
 };
 
 // The kernel attend() runs.

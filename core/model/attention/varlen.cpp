@@ -7,7 +7,8 @@
 
 namespace grpo::core {
 
-VarlenPlan varlen_plan(const std::vector<int64_t>& cu_seqlens, int64_t window, const torch::Device& device) {
+VarlenPlan varlen_plan(const std::vector<int64_t>& cu_seqlens, int64_t window, const torch::Device& device,
+                       VarlenCopy* copy) {
   if (cu_seqlens.size() < 2 || cu_seqlens.front() != 0)
     throw std::invalid_argument("varlen_plan: cu_seqlens must start at 0 and hold at least one sequence");
   VarlenPlan plan;
@@ -17,7 +18,12 @@ VarlenPlan varlen_plan(const std::vector<int64_t>& cu_seqlens, int64_t window, c
     if (i > 0) plan.max_seqlen = std::max(plan.max_seqlen, cu_seqlens[i] - cu_seqlens[i - 1]);
     cu.push_back(static_cast<int32_t>(cu_seqlens[i]));
   }
-  plan.cu_seqlens = to_device(torch::tensor(cu, torch::kInt32), device);
+  if (copy != nullptr && copy->device.defined() && copy->device.device() == device && copy->host == cu_seqlens) {
+    plan.cu_seqlens = copy->device;
+  } else {
+    plan.cu_seqlens = to_device(torch::tensor(cu, torch::kInt32), device);
+    if (copy != nullptr) *copy = VarlenCopy{cu_seqlens, plan.cu_seqlens};
+  }
   // Our window is i - window < j <= i, so the kernel's left offset is window - 1.
   if (window > 0) plan.window_left = window - 1;
   return plan;

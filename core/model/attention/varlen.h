@@ -19,9 +19,18 @@ struct VarlenPlan {
   int64_t window_right = 0;  // ... and j <= i + window_right (causal: 0)
 };
 
+// cu_seqlens copied to a device, kept across varlen_plan calls: the layers of one pass share
+// one layout, so one host-to-device copy serves them all.
+struct VarlenCopy {
+  std::vector<int64_t> host;  // the values `device` holds
+  torch::Tensor device;       // int32
+};
+
 // The plan for sequences cu_seqlens (host values, as AttentionLayout keeps them) and a sliding
-// window (0 = full attention), on `device`.
-VarlenPlan varlen_plan(const std::vector<int64_t>& cu_seqlens, int64_t window, const torch::Device& device);
+// window (0 = full attention), on `device`. With `copy`, its device tensor is reused when it
+// holds these values on this device, and replaced otherwise.
+VarlenPlan varlen_plan(const std::vector<int64_t>& cu_seqlens, int64_t window, const torch::Device& device,
+                       VarlenCopy* copy = nullptr);
 
 // What flash_attn_varlen_func computes as visible for `plan`: [T, T] bool, query row i, key
 // column j, true when i and j are in the same sequence and i - left <= j <= i + right (left < 0:
