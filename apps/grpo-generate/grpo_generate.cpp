@@ -470,55 +470,56 @@ std::string metric_text(double v) {
   return format("%.6g", v);
 }
 
-int run(const Options& opt) {
-  init_console_logging(opt.log_level);
-
-  // Settings: defaults -> the config file's generate: block -> flags; checked before anything loads.
-  GenerateSettings settings;
+// The settings (defaults -> the config file's generate: block -> flags) and the backend's
+// node, checked before anything loads.
+struct RunSettings {
+  GenerateSettings generate;
   Origins origins;
-  sdk::ConfigValue config_backend;
-  sdk::ConfigValue config_root;
-  if (!opt.config.empty()) {
-    config_root = load_yaml_file(opt.config);
-    apply_config_file(config_root, opt.config, settings, config_backend, origins);
-  }
-  apply_flags(opt, settings, origins);
-  check_settings(settings, origins);
-  const sdk::ConfigValue backend = backend_node(opt, std::move(config_backend));
+  sdk::ConfigValue backend;
+};
 
+RunSettings load_settings(const Options& opt) {
+  RunSettings r;
+  sdk::ConfigValue config_backend;
+  if (!opt.config.empty()) apply_config_file(load_yaml_file(opt.config), opt.config, r.generate, config_backend, r.origins);
+  apply_flags(opt, r.generate, r.origins);
+  check_settings(r.generate, r.origins);
+  r.backend = backend_node(opt, std::move(config_backend));
+  return r;
+}
+
+// The model folder's config.json, read now (cheap), so that a stop token id outside the
+// vocabulary is a flag error instead of a failed request on every line.
+void check_model_folder(const Options& opt, const RunSettings& r) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(opt.model))
     throw std::invalid_argument("--model '" + opt.model + "': no such folder (expected a Hugging Face model folder)");
   if (!fs::exists(fs::path(opt.model) / "config.json"))
     throw std::invalid_argument("--model '" + opt.model + "': the folder has no config.json");
-  // config.json now (cheap), so that a stop token id outside the vocabulary is a flag error
-  // instead of a failed request on every line.
   ModelConfig model_config;
   try {
     model_config = load_model_config((fs::path(opt.model) / "config.json").string());
   } catch (const std::exception& e) {
     throw sdk::ConfigError(std::string("--model: ") + e.what());
   }
-  for (std::int64_t id : settings.sampling.stop_token_ids)
+  for (std::int64_t id : r.generate.sampling.stop_token_ids)
     if (id >= model_config.vocab_size)
-      report_setting_problem(origins, "stop_token_ids",
+      report_setting_problem(r.origins, "stop_token_ids",
                              std::to_string(id) + " is outside the model's vocabulary [0, " +
                                  std::to_string(model_config.vocab_size) + ")");
+}
 
-  configure_compute_threads("compute threads");
+// Every invalid input line, reported before anything is generated.
+[[noreturn]] void reject_input(const Options& opt, const std::vector<std::string>& errors) {
+  for (const auto& e : errors) std::cerr << kApp << ": " << e << "\n";
+  throw AppError(kExitBadInput, std::to_string(errors.size()) + " invalid input line(s) in " +
+                                    (opt.input == "-" ? std::string("<stdin>") : opt.input) + "; nothing was generated");
+}
 
-  // The prompts: every invalid line is reported before anything is generated.
-  PromptFile prompts = read_prompts_jsonl(opt.input);
-  auto reject_input = [&](const std::vector<std::string>& errors) {
-    for (const auto& e : errors) std::cerr << kApp << ": " << e << "\n";
-    throw AppError(kExitBadInput, std::to_string(errors.size()) + " invalid input line(s) in " +
-                                          (opt.input == "-" ? std::string("<stdin>") : opt.input) +
-                                          "; nothing was generated");
-  };
-  if (!prompts.errors.empty()) reject_input(prompts.errors);
-
+// The prompts rendered with the chat template and tokenized: one request per input line.
+std::vector<sdk::GenerationRequest> prepare_requests(const Options& opt, const RunSettings& r, const PromptFile& prompts) {
   std::string tokenizer_path = opt.model;
-  const sdk::ConfigValue* tokenizer_node = backend.find("tokenizer");
+  const sdk::ConfigValue* tokenizer_node = r.backend.find("tokenizer");
   if (tokenizer_node && tokenizer_node->is_scalar() && !tokenizer_node->scalar().empty()) tokenizer_path = tokenizer_node->scalar();
   std::optional<Tokenizer> tokenizer;
   try {
@@ -530,90 +531,108 @@ int run(const Options& opt) {
                            "or give one with --backend-option tokenizer=PATH)");
   }
   try {
-    const ChatTemplate chat_template = ChatTemplate::resolve(settings.chat_template, *tokenizer);
+    const ChatTemplate chat_template = ChatTemplate::resolve(r.generate.chat_template, *tokenizer);
     if (chat_template.fell_back())
       spdlog::warn("--chat-template auto: {} has no chat template; prompts are rendered with the built-in chatml",
                    tokenizer_path);
     spdlog::info("chat template: {}", chat_template.origin());
   } catch (const TokenizerError& e) {
-    throw sdk::ConfigError("--chat-template " + settings.chat_template + ": " + e.what());
+    throw sdk::ConfigError("--chat-template " + r.generate.chat_template + ": " + e.what());
   }
   std::vector<std::string> token_errors;
-  const std::vector<sdk::GenerationRequest> requests =
-      build_generation_requests(prompts.records, *tokenizer, settings, token_errors);
-  if (!token_errors.empty()) reject_input(token_errors);
-  spdlog::info("{} prompt(s) from {}, chat template {}", requests.size(), opt.input, settings.chat_template);
+  std::vector<sdk::GenerationRequest> requests = build_generation_requests(prompts.records, *tokenizer, r.generate, token_errors);
+  if (!token_errors.empty()) reject_input(opt, token_errors);
+  spdlog::info("{} prompt(s) from {}, chat template {}", requests.size(), opt.input, r.generate.chat_template);
+  return requests;
+}
 
-  // The backend.
+// What the backend gave: the results, the wall time and completion tokens of the last progress
+// report, and its metrics() summed over the generate() calls.
+struct Generations {
+  std::vector<sdk::GenerationResult> results;
+  double wall_s = 0.0;
+  std::int64_t tokens = 0;
+  std::vector<std::pair<std::string, double>> metric_sums;
+  std::size_t metric_calls = 0;
+};
+
+Generations generate_all(const Options& opt, const RunSettings& r, const std::vector<sdk::GenerationRequest>& requests) {
+  Generations g;
   PluginRegistry registry(app_plugin_search_path(sdk::ConfigValue::make_map(),
                                                  opt.config.empty() ? std::vector<std::string>{}
                                                                     : std::vector<std::string>{opt.config},
                                                  opt.plugin_paths));
-  const std::string backend_name = backend.find("name")->scalar();
-  std::vector<sdk::GenerationResult> results;
-  double wall_s = 0.0;
-  std::int64_t tokens = 0;
-  // The backend's metrics() after each generate() call, averaged over the calls.
-  std::vector<std::pair<std::string, double>> metric_sums;
-  std::size_t metric_calls = 0;
-  if (!requests.empty()) {
-    auto engine = registry.create<sdk::RolloutBackend>(backend_name, &backend, "backend");
-    const std::size_t chunk = chunk_prompts(opt, backend, settings.n);
-    spdlog::info("backend {}: {} prompt(s) x {} sample(s), {} prompt(s) per generate() call", backend_name,
-                 requests.size(), settings.n, chunk);
-    try {
-      results = generate_in_chunks(*engine, requests, chunk, [&](const GenerateProgress& p) {
-        wall_s = p.elapsed_s;
-        tokens = p.completion_tokens;
-        ++metric_calls;
-        for (const sdk::Metric& m : engine->metrics()) {
-          double v = 0.0;
-          try {
-            if (!m.value.defined() || m.value.numel() != 1) continue;
-            v = m.value.item<double>();
-          } catch (const std::exception&) {
-            continue;
-          }
-          auto it = std::find_if(metric_sums.begin(), metric_sums.end(), [&](const auto& e) { return e.first == m.name; });
-          if (it == metric_sums.end()) metric_sums.emplace_back(m.name, v);
-          else it->second += v;
+  const std::string backend_name = r.backend.find("name")->scalar();
+  if (requests.empty()) return g;
+  auto engine = registry.create<sdk::RolloutBackend>(backend_name, &r.backend, "backend");
+  const std::size_t chunk = chunk_prompts(opt, r.backend, r.generate.n);
+  spdlog::info("backend {}: {} prompt(s) x {} sample(s), {} prompt(s) per generate() call", backend_name, requests.size(),
+               r.generate.n, chunk);
+  try {
+    g.results = generate_in_chunks(*engine, requests, chunk, [&](const GenerateProgress& p) {
+      g.wall_s = p.elapsed_s;
+      g.tokens = p.completion_tokens;
+      ++g.metric_calls;
+      for (const sdk::Metric& m : engine->metrics()) {
+        double v = 0.0;
+        try {
+          if (!m.value.defined() || m.value.numel() != 1) continue;
+          v = m.value.item<double>();
+        } catch (const std::exception&) {
+          continue;
         }
-        if (!opt.quiet) std::cerr << progress_line(p) << std::endl;
-      });
-    } catch (const std::exception& e) {
-      throw AppError(kExitGenerationFailed, "backend '" + backend_name + "' failed: " + e.what() +
-                                                "; no output was written");
-    }
+        auto it = std::find_if(g.metric_sums.begin(), g.metric_sums.end(), [&](const auto& e) { return e.first == m.name; });
+        if (it == g.metric_sums.end()) g.metric_sums.emplace_back(m.name, v);
+        else it->second += v;
+      }
+      if (!opt.quiet) std::cerr << progress_line(p) << std::endl;
+    });
+  } catch (const std::exception& e) {
+    throw AppError(kExitGenerationFailed, "backend '" + backend_name + "' failed: " + e.what() + "; no output was written");
   }
+  return g;
+}
+
+// The summary on stderr: counts, speed and the backend's mean metrics.
+void print_summary(const Options& opt, const RunSettings& r, std::size_t requests, std::size_t failed, const Generations& g) {
+  std::ostringstream summary;
+  summary << "prompts: " << requests << "\n"
+          << "failed_prompts: " << failed << "\n"
+          << "completions: " << (requests - failed) * static_cast<std::size_t>(r.generate.n) << "\n"
+          << "completion_tokens: " << g.tokens << "\n"
+          << "wall_s: " << format("%.3f", g.wall_s) << "\n"
+          << "tokens_per_s: " << format("%.1f", g.wall_s > 0 ? static_cast<double>(g.tokens) / g.wall_s : 0.0) << "\n";
+  if (!g.metric_sums.empty()) {
+    if (g.metric_calls > 1) summary << "# backend metrics: the mean over its " << g.metric_calls << " generate() calls\n";
+    for (const auto& [name, sum] : g.metric_sums)
+      summary << name << ": " << metric_text(sum / static_cast<double>(g.metric_calls)) << "\n";
+  }
+  summary << "output: " << opt.output << "\n";
+  std::cerr << summary.str();
+}
+
+int run(const Options& opt) {
+  init_console_logging(opt.log_level);
+  const RunSettings settings = load_settings(opt);
+  check_model_folder(opt, settings);
+  configure_compute_threads("compute threads");
+
+  const PromptFile prompts = read_prompts_jsonl(opt.input);
+  if (!prompts.errors.empty()) reject_input(opt, prompts.errors);
+  const std::vector<sdk::GenerationRequest> requests = prepare_requests(opt, settings, prompts);
+  const Generations generations = generate_all(opt, settings, requests);
 
   std::size_t failed = 0;
   try {
-    failed = write_generations_jsonl(opt.output, prompts.records, requests, results);
+    failed = write_generations_jsonl(opt.output, prompts.records, requests, generations.results);
   } catch (const std::exception& e) {
     throw AppError(kExitGenerationFailed, std::string("cannot write --output: ") + e.what());
   }
-
-  if (!opt.quiet) {
-    std::ostringstream summary;
-    summary << "prompts: " << requests.size() << "\n"
-            << "failed_prompts: " << failed << "\n"
-            << "completions: " << (requests.size() - failed) * static_cast<std::size_t>(settings.n) << "\n"
-            << "completion_tokens: " << tokens << "\n"
-            << "wall_s: " << format("%.3f", wall_s) << "\n"
-            << "tokens_per_s: " << format("%.1f", wall_s > 0 ? static_cast<double>(tokens) / wall_s : 0.0) << "\n";
-    if (!metric_sums.empty()) {
-      if (metric_calls > 1)
-        summary << "# backend metrics: the mean over its " << metric_calls << " generate() calls\n";
-      for (const auto& [name, sum] : metric_sums)
-        summary << name << ": " << metric_text(sum / static_cast<double>(metric_calls)) << "\n";
-    }
-    summary << "output: " << opt.output << "\n";
-    std::cerr << summary.str();
-  }
+  if (!opt.quiet) print_summary(opt, settings, requests.size(), failed, generations);
   if (failed) {
-    for (std::size_t i = 0; i < results.size(); ++i)
-      if (!results[i].status.is_ok())
-        std::cerr << kApp << ": " << prompts.records[i].where() << ": " << results[i].status.message() << "\n";
+    for (std::size_t i = 0; i < generations.results.size(); ++i)
+      if (!generations.results[i].status.is_ok())
+        std::cerr << kApp << ": " << prompts.records[i].where() << ": " << generations.results[i].status.message() << "\n";
     std::cerr << kApp << ": " << failed << " of " << requests.size()
               << " request(s) failed (\"error\" in their output lines); the others completed\n";
     return kExitRequestsFailed;

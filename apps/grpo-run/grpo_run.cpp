@@ -145,15 +145,11 @@ dist::WorldInfo discover_launch_world(const dist::DistOptions& options) {
   }
 }
 
-int run(const Options& opt) {
-  if (opt.config_reference) {
-    std::cout << config_reference_markdown();
-    return kExitOk;
-  }
-  // Configuration: defaults -> files -> --set; CLI flags are --set overrides applied last.
+// The configuration: defaults -> files -> --set; CLI flags are --set overrides applied last;
+// --plugin-path folders are searched before plugins.paths.
+sdk::ConfigValue job_config(const Options& opt) {
   sdk::ConfigValue config = load_job_config(opt.configs, opt.sets, opt.log_level, opt.resume);
   if (!opt.plugin_paths.empty()) {
-    // --plugin-path dirs are searched before plugins.paths.
     sdk::ConfigValue* plugins = config.find("plugins");
     sdk::ConfigValue* paths = plugins ? plugins->find("paths") : nullptr;
     if (paths && paths->is_sequence()) {
@@ -165,64 +161,62 @@ int run(const Options& opt) {
     }
   }
   fill_rollout_backend_defaults(config);
-  // The configuration was checked once here, not N times in the ranks.
-  if (opt.nproc > 1) return launch_local_ranks(opt);
+  return config;
+}
 
-  if (opt.print_config) {
-    std::cout << to_yaml(config);
-    return kExitOk;
+// --list-plugins: every component the search path offers, and the files that failed to load.
+int list_plugins(PluginRegistry& registry, const sdk::ConfigValue& config) {
+  load_configured_plugins(registry, config);
+  const auto failures = registry.load_all();
+  print_plugin_table(registry, std::cout);
+  for (const auto& f : failures) spdlog::error("{}", f.message);
+  if (!failures.empty()) {
+    spdlog::error("{} plugin file(s) failed to load (listed above)", failures.size());
+    return kExitPlugin;
   }
+  return kExitOk;
+}
 
-  PluginRegistry registry(plugin_search_path(config, opt.configs));
-  if (opt.list_plugins) {
-    load_configured_plugins(registry, config);
-    const auto failures = registry.load_all();
-    print_plugin_table(registry, std::cout);
-    for (const auto& f : failures) spdlog::error("{}", f.message);
-    if (!failures.empty()) {
-      spdlog::error("{} plugin file(s) failed to load (listed above)", failures.size());
-      return kExitPlugin;
-    }
-    return kExitOk;
+// --validate / --validate-fragment: what training checks before its first step, but for
+// loading the weights, creating the run directory and meeting the other ranks.
+int validate(const Options& opt, const sdk::ConfigValue& config, PluginRegistry& registry) {
+  log_blas_status();
+  // dist.* errors (e.g. nccl in a CPU build) and, under torchrun / Slurm / mpirun, the world size
+  // the checks depend on (groups per rank), as training would see them.
+  const dist::WorldInfo world = discover_launch_world(dist::dist_options(config));
+  const CheckedTrainingJob job = check_training_job(config, registry, world.world_size, opt.validate_fragment);
+  const PolicySpec& policy = job.policy;
+  const PolicyFiles& files = job.files;
+  std::vector<std::string> names;
+  for (const auto& v : job.components.verifiers) names.push_back(v.key_path + "=" + v.name);
+  for (const auto& c : job.components.configured_slots()) names.push_back(c);
+  std::cout << "config OK: " << (opt.configs.empty() ? std::string("(defaults)") : join(opt.configs, ", ")) << "\n"
+            << "components: " << (names.empty() ? std::string("(none configured)") : join(names, ", ")) << "\n"
+            << "algorithm: " << describe(job.settings.trainer.algorithm) << "\n"
+            << "model: " << (policy.model_path.empty() ? std::string("(none configured)")
+                                                       : policy.model_path + " (" + architecture_name(files.model_config.architecture) + ")")
+            << "\n"
+            << lora_summary(policy, files)
+            << "precision: " << precision_name(policy.precision) << " (weights " << policy.dtype << ") on " << policy.device.str()
+            << (policy.device.is_cpu() ? " (CPU bf16: " + cpu_bf16_support().describe() + ")" : std::string()) << "\n"
+            << "tokenizer: " << (files.tokenizer ? policy.tokenizer_path + " (" + std::to_string(files.tokenizer->vocab_size()) + " ids, chat template " + files.chat_template->origin() + ")"
+                                                 : std::string("(none configured)"))
+            << "\n"
+            << "data: " << (job.prompts.train.examples.empty() ? std::string("(not loaded)")
+                                                                : std::to_string(job.prompts.train.examples.size()) + " training rows, " +
+                                                                      std::to_string(job.prompts.eval.examples.size()) + " eval rows")
+            << "\n";
+  // A fragment (a preset, a plugin's options) validates; what it lacks to train is said, with training's words.
+  if (!job.missing.empty()) {
+    std::cout << "not yet a training job (training would stop at the first of these; the checks that need them were skipped):\n";
+    for (const auto& m : job.missing) std::cout << "  " << m << "\n";
   }
+  return kExitOk;
+}
 
-  if (opt.validate || opt.validate_fragment) {
-    // What training checks before its first step, but for loading the weights, creating the run
-    // directory and meeting the other ranks.
-    log_blas_status();
-    // dist.* errors (e.g. nccl in a CPU build) and, under torchrun / Slurm / mpirun, the world size
-    // the checks depend on (groups per rank), as training would see them.
-    const dist::WorldInfo world = discover_launch_world(dist::dist_options(config));
-    const CheckedTrainingJob job = check_training_job(config, registry, world.world_size, opt.validate_fragment);
-    const PolicySpec& policy = job.policy;
-    const PolicyFiles& files = job.files;
-    std::vector<std::string> names;
-    for (const auto& v : job.components.verifiers) names.push_back(v.key_path + "=" + v.name);
-    for (const auto& c : job.components.configured_slots()) names.push_back(c);
-    std::cout << "config OK: " << (opt.configs.empty() ? std::string("(defaults)") : join(opt.configs, ", ")) << "\n"
-              << "components: " << (names.empty() ? std::string("(none configured)") : join(names, ", ")) << "\n"
-              << "algorithm: " << describe(job.settings.trainer.algorithm) << "\n"
-              << "model: " << (policy.model_path.empty() ? std::string("(none configured)")
-                                                         : policy.model_path + " (" + architecture_name(files.model_config.architecture) + ")")
-              << "\n"
-              << lora_summary(policy, files)
-              << "precision: " << precision_name(policy.precision) << " (weights " << policy.dtype << ") on " << policy.device.str()
-              << (policy.device.is_cpu() ? " (CPU bf16: " + cpu_bf16_support().describe() + ")" : std::string()) << "\n"
-              << "tokenizer: " << (files.tokenizer ? policy.tokenizer_path + " (" + std::to_string(files.tokenizer->vocab_size()) + " ids, chat template " + files.chat_template->origin() + ")"
-                                                   : std::string("(none configured)"))
-              << "\n"
-              << "data: " << (job.prompts.train.examples.empty() ? std::string("(not loaded)")
-                                                                  : std::to_string(job.prompts.train.examples.size()) + " training rows, " +
-                                                                        std::to_string(job.prompts.eval.examples.size()) + " eval rows")
-              << "\n";
-    // A fragment (a preset, a plugin's options) validates; what it lacks to train is said, with training's words.
-    if (!job.missing.empty()) {
-      std::cout << "not yet a training job (training would stop at the first of these; the checks that need them were skipped):\n";
-      for (const auto& m : job.missing) std::cout << "  " << m << "\n";
-    }
-    return kExitOk;
-  }
-
+// The training job on this rank: the run directory (rank 0), the checks --validate runs, the
+// weights, the process group, then the trainer. `config` gains this rank's CUDA device.
+int train(sdk::ConfigValue& config, PluginRegistry& registry) {
   // Data parallel: which rank this is (torchrun, Slurm, OpenMPI or --nproc variables).
   const dist::DistOptions dist_opts = dist::dist_options(config);
   const dist::WorldInfo world = discover_launch_world(dist_opts);
@@ -234,8 +228,8 @@ int run(const Options& opt) {
   // (torchrun sets 1); the trainer splits them with the rollout thread when async.
   configure_compute_threads("compute threads", world.distributed() ? world.local_world_size : 1);
 
-  // The training job. Prepare the run directory: effective config, then the log file (rank 0).
-  // Rank 0 holds the run directory's lock until the job ends (the ranks share the directory).
+  // Prepare the run directory: effective config, then the log file (rank 0). Rank 0 holds the
+  // run directory's lock until the job ends (the ranks share the directory).
   std::optional<RunDir> run_dir;
   if (world.rank == 0) run_dir = prepare_run_dir(config);
   log_blas_status();
@@ -261,6 +255,26 @@ int run(const Options& opt) {
   if (world.distributed()) distributed = std::make_unique<dist::Distributed>(world, dist_opts, policy_config.device.is_cuda());
   run_training(job, config, policy, distributed.get());
   return kExitOk;
+}
+
+// One of grpo-run's modes: the configuration reference, the local multi-rank launch, the
+// effective configuration, the plugin list, validation, or training.
+int run(const Options& opt) {
+  if (opt.config_reference) {
+    std::cout << config_reference_markdown();
+    return kExitOk;
+  }
+  sdk::ConfigValue config = job_config(opt);
+  // The configuration was checked once here, not N times in the ranks.
+  if (opt.nproc > 1) return launch_local_ranks(opt);
+  if (opt.print_config) {
+    std::cout << to_yaml(config);
+    return kExitOk;
+  }
+  PluginRegistry registry(plugin_search_path(config, opt.configs));
+  if (opt.list_plugins) return list_plugins(registry, config);
+  if (opt.validate || opt.validate_fragment) return validate(opt, config, registry);
+  return train(config, registry);
 }
 
 }  // namespace

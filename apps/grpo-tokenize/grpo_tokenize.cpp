@@ -159,8 +159,81 @@ std::string chat_line(const std::string& line, ordered_json& messages, ChatRende
 
 }  // namespace
 
+namespace {
+
+using json = nlohmann::json;
+
+// Token ids as a JSON array line: the ids, or with --tokens their token strings.
+void write_ids(std::ostream& out, const Options& o, const Tokenizer& tok, const std::vector<int>& ids) {
+  json arr = json::array();
+  for (int id : ids) {
+    if (o.tokens)
+      arr.push_back(tok.id_to_token(id));
+    else
+      arr.push_back(id);
+  }
+  out << arr.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+}
+
+// --decode: a JSON array of ids -> the text as a JSON string line; "" or what is wrong.
+std::string decode_line(const json& j, const Options& o, const Tokenizer& tok, std::ostream& out) {
+  if (!j.is_array()) return std::string("expected a JSON array of token ids, got ") + j.type_name();
+  std::vector<int> ids;
+  for (std::size_t k = 0; k < j.size(); ++k) {
+    if (!j[k].is_number_integer() || j[k].get<long long>() < 0 || j[k].get<long long>() >= tok.vocab_size())
+      return "element " + std::to_string(k) + ": expected a token id in 0.." + std::to_string(tok.vocab_size() - 1) +
+             ", got " + j[k].dump();
+    ids.push_back(j[k].get<int>());
+  }
+  try {
+    out << json(tok.decode(ids, DecodeOptions{o.skip_special})).dump() << "\n";
+  } catch (const TokenizerError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// One stdin line translated and written to `out` (a chat rendered or encoded, a string encoded,
+// ids decoded); "" or what is wrong with the line.
+std::string translate_line(const std::string& line, const Options& o, const Tokenizer& tok,
+                           const std::optional<ChatTemplate>& chat_template, std::ostream& out) {
+  if (o.chat) {
+    ChatRenderOptions render;
+    render.add_generation_prompt = o.generation_prompt;
+    ordered_json messages;
+    if (std::string problem = chat_line(line, messages, render); !problem.empty()) return problem;
+    try {
+      std::string text = chat_template->render_json(messages, render);
+      if (o.render)
+        out << json(text).dump() << "\n";
+      else
+        write_ids(out, o, tok, tok.encode(text, EncodeOptions{o.add_special}));
+    } catch (const TokenizerError& e) {
+      return e.what();
+    }
+    return "";
+  }
+  if (auto deep = json_nesting_error(line)) return *deep;
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::parse_error& e) {
+    return std::string(o.decode ? "expected a JSON array of token ids" : "expected a JSON string") +
+           " (invalid JSON: " + e.what() + ")";
+  }
+  if (o.decode) return decode_line(j, o, tok, out);
+  if (!j.is_string()) return std::string("expected a JSON string, got ") + j.type_name();
+  try {
+    write_ids(out, o, tok, tok.encode(j.get<std::string>(), EncodeOptions{o.add_special}));
+  } catch (const TokenizerError& e) {  // e.g. invalid UTF-8 in the string
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
 int grpo_tokenize_run(int argc, char** argv, std::istream& in, std::ostream& out, std::ostream& err) {
-  using json = nlohmann::json;
   Options o;
   std::string usage_error = parse_args(argc, argv, o);
   if (o.help) {
@@ -197,71 +270,13 @@ int grpo_tokenize_run(int argc, char** argv, std::istream& in, std::ostream& out
   try {
     std::string line;
     std::size_t line_no = 0;
-    auto bad_line = [&](const std::string& what) {
-      out.flush();
-      err << "grpo-tokenize: stdin line " << line_no << ": " << what << "\n";
-      return kExitBadInput;
-    };
-    auto write_ids = [&](const std::vector<int>& ids) {
-      json arr = json::array();
-      for (int id : ids) {
-        if (o.tokens)
-          arr.push_back(tok.id_to_token(id));
-        else
-          arr.push_back(id);
-      }
-      out << arr.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
-    };
     while (std::getline(in, line)) {
       ++line_no;
       if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (o.chat) {
-        ChatRenderOptions render;
-        render.add_generation_prompt = o.generation_prompt;
-        ordered_json messages;
-        if (std::string problem = chat_line(line, messages, render); !problem.empty()) return bad_line(problem);
-        try {
-          std::string text = chat_template->render_json(messages, render);
-          if (o.render)
-            out << json(text).dump() << "\n";
-          else
-            write_ids(tok.encode(text, EncodeOptions{o.add_special}));
-        } catch (const TokenizerError& e) {
-          return bad_line(e.what());
-        }
-        continue;
-      }
-      if (auto deep = json_nesting_error(line)) return bad_line(*deep);
-      json j;
-      try {
-        j = json::parse(line);
-      } catch (const json::parse_error& e) {
-        return bad_line(std::string(o.decode ? "expected a JSON array of token ids" : "expected a JSON string") +
-                        " (invalid JSON: " + e.what() + ")");
-      }
-      if (o.decode) {
-        if (!j.is_array()) return bad_line(std::string("expected a JSON array of token ids, got ") + j.type_name());
-        std::vector<int> ids;
-        for (std::size_t k = 0; k < j.size(); ++k) {
-          if (!j[k].is_number_integer() || j[k].get<long long>() < 0 || j[k].get<long long>() >= tok.vocab_size())
-            return bad_line("element " + std::to_string(k) + ": expected a token id in 0.." +
-                            std::to_string(tok.vocab_size() - 1) + ", got " + j[k].dump());
-          ids.push_back(j[k].get<int>());
-        }
-        std::string text;
-        try {
-          text = tok.decode(ids, DecodeOptions{o.skip_special});
-        } catch (const TokenizerError& e) {
-          return bad_line(e.what());
-        }
-        out << json(text).dump() << "\n";
-      } else {
-        if (!j.is_string()) return bad_line(std::string("expected a JSON string, got ") + j.type_name());
-        try {
-          write_ids(tok.encode(j.get<std::string>(), EncodeOptions{o.add_special}));
-        } catch (const TokenizerError& e) {  // e.g. invalid UTF-8 in the string
-          return bad_line(e.what());
-        }
+      if (const std::string problem = translate_line(line, o, tok, chat_template, out); !problem.empty()) {
+        out.flush();
+        err << "grpo-tokenize: stdin line " << line_no << ": " << problem << "\n";
+        return kExitBadInput;
       }
     }
     out.flush();

@@ -107,22 +107,11 @@ struct Options {
   double timeout_s = 0.0;  // 0: reward.timeout_s
 };
 
-int run(const Options& opt) {
-  init_console_logging("warn");
-  ConfigSources sources;
-  sources.files = opt.configs;
-  sources.overrides = opt.sets;
-  sdk::ConfigValue config = load_config(sources);
-  PluginRegistry registry(app_plugin_search_path(config, opt.configs, opt.plugin_paths));
-  load_configured_plugins(registry, config);
-
-  // Read every line first: invalid lines are reported, not fatal.
-  std::vector<Item> items;
-  for (const JsonlLine& line : read_jsonl_lines(opt.input, "--input")) items.push_back(parse_line(line.text, line.line));
-
-  // One instance per verifier name: the config's entry when it names it (or, for an entry
-  // with a `label`, when one of its labels is the name), else the defaults. Each is keyed by
-  // the name the lines use, so that a line's label selects exactly its entry.
+// One instance per verifier name: the config's entry when it names it (or, for an entry with a
+// `label`, when one of its labels is the name), else the defaults. Each is keyed by the name the
+// lines use, so that a line's label selects exactly its entry.
+std::map<std::string, VerifierSlot> verifiers_by_name(PluginRegistry& registry, const sdk::ConfigValue& config,
+                                                      const std::vector<Item>& items) {
   std::map<std::string, VerifierSlot> verifiers;
   RuntimeComponents configured = create_components(registry, config);
   for (const auto& slot : configured.verifiers) {
@@ -137,11 +126,16 @@ int run(const Options& opt) {
     if (item.error.empty() && !verifiers.count(item.verifier))
       verifiers[item.verifier] =
           create_verifier_slot(registry, item.verifier, nullptr, "line " + std::to_string(item.line) + " verifier");
+  return verifiers;
+}
 
-  // Scoring goes through the trainer's VerifierPool, so a line is judged exactly as a rollout
-  // would be: the same per-call timeout, a throwing or hung verifier scored 0 with the reason,
-  // a stuck worker replaced. Each valid line is a group of one sample whose one target is
-  // labelled with the line's verifier name; the pool's slots are the distinct names.
+// Scoring goes through the trainer's VerifierPool, so a line is judged exactly as a rollout
+// would be: the same per-call timeout, a throwing or hung verifier scored 0 with the reason, a
+// stuck worker replaced. Each valid line is a group of one sample whose one target is labelled
+// with the line's verifier name; the pool's slots are the distinct names. group_of[i] is line
+// i's group (SIZE_MAX for an invalid line).
+std::vector<Group> score_lines(const Options& opt, const sdk::ConfigValue& config, const std::vector<Item>& items,
+                               const std::map<std::string, VerifierSlot>& verifiers, std::vector<std::size_t>& group_of) {
   RewardOptions reward = reward_options(config);
   if (opt.threads) reward.num_threads = opt.threads;
   if (opt.timeout_s > 0) reward.timeout_s = opt.timeout_s;
@@ -153,7 +147,7 @@ int run(const Options& opt) {
   }
   std::vector<Group> groups;
   std::vector<std::string> prompts;
-  std::vector<std::size_t> group_of(items.size(), SIZE_MAX);
+  group_of.assign(items.size(), SIZE_MAX);
   for (std::size_t i = 0; i < items.size(); ++i) {
     const Item& item = items[i];
     if (!item.error.empty()) continue;
@@ -173,20 +167,24 @@ int run(const Options& opt) {
   }
   VerifierPool pool(reward.num_threads, reward.timeout_s);
   if (!groups.empty()) pool.score(groups, prompts, slots, reward);
+  return groups;
+}
 
-  struct Summary {
-    std::size_t count = 0, errors = 0, timeouts = 0;
-    double total = 0.0;
-  };
-  std::map<std::string, Summary> summary;
-  std::size_t bad_lines = 0;
+struct Summary {
+  std::size_t count = 0, errors = 0, timeouts = 0;
+  double total = 0.0;
+};
+
+// One output record per input line (its verdict, or its error), in input order; the per-verifier
+// summary is filled on the way.
+std::string output_records(const std::vector<Item>& items, const std::vector<Group>& groups,
+                           const std::vector<std::size_t>& group_of, std::map<std::string, Summary>& summary) {
   std::ostringstream out;
   for (std::size_t i = 0; i < items.size(); ++i) {
     const Item& item = items[i];
     json record = {{"line", item.line}};
     if (!item.id.is_null()) record["id"] = item.id;
     if (!item.error.empty()) {
-      ++bad_lines;
       record["error"] = item.error;
     } else {
       record["verifier"] = item.verifier;
@@ -212,10 +210,31 @@ int run(const Options& opt) {
     }
     out << record.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   }
+  return out.str();
+}
+
+int run(const Options& opt) {
+  init_console_logging("warn");
+  ConfigSources sources;
+  sources.files = opt.configs;
+  sources.overrides = opt.sets;
+  sdk::ConfigValue config = load_config(sources);
+  PluginRegistry registry(app_plugin_search_path(config, opt.configs, opt.plugin_paths));
+  load_configured_plugins(registry, config);
+
+  // Read every line first: invalid lines are reported, not fatal.
+  std::vector<Item> items;
+  for (const JsonlLine& line : read_jsonl_lines(opt.input, "--input")) items.push_back(parse_line(line.text, line.line));
+  const std::map<std::string, VerifierSlot> verifiers = verifiers_by_name(registry, config, items);
+  std::vector<std::size_t> group_of;
+  const std::vector<Group> groups = score_lines(opt, config, items, verifiers, group_of);
+
+  std::map<std::string, Summary> summary;
+  const std::string records = output_records(items, groups, group_of, summary);
   if (opt.output.empty() || opt.output == "-")
-    std::cout << out.str();
+    std::cout << records;
   else
-    atomic_write_file(opt.output, out.str());
+    atomic_write_file(opt.output, records);
 
   std::cerr << "verifier              samples  mean score  errors  timeouts\n";
   for (const auto& [name, s] : summary) {
@@ -224,11 +243,14 @@ int run(const Options& opt) {
                   s.count ? s.total / static_cast<double>(s.count) : 0.0, s.errors, s.timeouts);
     std::cerr << row;
   }
+  std::size_t bad_lines = 0;
+  for (const auto& item : items)
+    if (!item.error.empty()) {
+      ++bad_lines;
+      std::cerr << "grpo-verify: " << (opt.input == "-" ? std::string("<stdin>") : opt.input) << ":" << item.line << ": "
+                << item.error << "\n";
+    }
   if (bad_lines) {
-    for (const auto& item : items)
-      if (!item.error.empty())
-        std::cerr << "grpo-verify: " << (opt.input == "-" ? std::string("<stdin>") : opt.input) << ":" << item.line << ": "
-                  << item.error << "\n";
     std::cerr << "grpo-verify: " << bad_lines << " invalid input line(s), reported in the output\n";
     return kExitBadInput;
   }

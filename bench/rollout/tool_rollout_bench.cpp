@@ -113,6 +113,8 @@ class InstantTools final : public sdk::TurnController {
 
 }  // namespace
 
+// Long because it is the benchmark's script, read top to bottom: flags, the model and tools, the
+// timed rollouts side by side, the `name: value` lines.
 int main(int argc, char** argv) {
   // LibTorch's default here is 1 intra-op thread whatever the core count: choose on purpose.
   const std::int64_t threads_flag = arg(argc, argv, "--threads", 0);

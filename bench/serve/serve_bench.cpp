@@ -204,6 +204,8 @@ int usage(const char* message) {
 
 }  // namespace
 
+// Long because it is the benchmark's script, read top to bottom: flags, the server, the timed
+// client runs side by side, the `name: value` lines.
 int main(int argc, char** argv) {
   Options opt;
   if (const char* v = flag(argc, argv, "--duration")) opt.duration = std::atof(v);

@@ -285,6 +285,8 @@ Peaks matmul_peaks(const ModelConfig& c, int64_t tokens) {
 
 }  // namespace
 
+// Long because it is the benchmark's script, read top to bottom: flags, each precision's timed
+// steps side by side, the table and the `name: value` lines.
 int main(int argc, char** argv) {
   const char* config_flag = flag(argc, argv, "--config");
   const std::string config_path = config_flag ? config_flag : grpo::bench::qwen05b_config_path();

@@ -346,6 +346,8 @@ Value unsafe(const Value& obj, const std::string& name) {
   return Value(make_callable(name, [message](const CallArgs&) -> Value { fail(message); }));
 }
 
+// Long because it is the list of Python str methods templates may call, one short branch each,
+// read against Python's documentation; a table of factories would hold the same branches.
 Value string_method(const std::string& s, const std::string& name) {
   using Fn = std::function<Value(const CallArgs&)>;
   auto m = [&](Fn fn) { return Value(make_callable(name, std::move(fn))); };

@@ -185,6 +185,9 @@ PluginInfo PluginRegistry::load_file(const std::string& path) {
   return load_file_locked(path);
 }
 
+// Long because it is the plugin contract's checks in the order a loader must make them (the
+// file, dlopen, the entry symbol, the ABI and host versions, the manifest, each component's
+// descriptor, then registration with rollback): split, the order would be spread over helpers.
 PluginInfo PluginRegistry::load_file_locked(const std::string& path) {
   const std::string file = canonical_path(path);
   std::error_code ec;

@@ -845,6 +845,8 @@ int Tokenizer::Impl::model_id(std::string_view token) const {
 // from the vocabulary becoming its bytes' <0xXX> tokens with byte_fallback, else unk, consecutive
 // unks fused with fuse_unk), then the lowest-rank merge is applied repeatedly (leftmost first
 // among equal ranks), skipping stale queue entries.
+// Long because the symbol list, its links and the merge queue are one data structure that every
+// step edits; split, each step would take all three.
 void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int>& out) const {
   if (ignore_merges) {
     if (byte_level) {

@@ -130,6 +130,8 @@ ojson special_tokens_of(const ojson& config) {
 // plus Llama-3 from the earlier parity tests).
 const std::vector<std::string> kPackageTemplates = {"qwen3", "llama3", "llama3_1", "gemma3", "deepseek_v3"};
 
+// Long because one run of the two reference renderers (Python's jinja2 and @huggingface/jinja)
+// serves every template and conversation: split, each part would start them again.
 TEST(ChatTemplateParity, EveryRenderingEqualsJinja2AndHuggingFaceJinja) {
   const std::string problem = reference_cache_problem();
   ASSERT_TRUE(problem.empty()) << problem;
