@@ -83,11 +83,21 @@ struct TargetIndex {
   std::vector<std::int64_t> targets;  // the token id
 };
 
-void check_sequences(const std::vector<SequenceTokens>& sequences, std::int64_t width, const char* fn) {
+// Also every id against the vocabulary, here on the host: out of range, the embedding would fail
+// on the device (a CUDA assert that names nothing), and token_logprobs leaves device targets to
+// its caller.
+void check_sequences(const std::vector<SequenceTokens>& sequences, std::int64_t width, std::int64_t vocab, const char* fn) {
   if (width < 0) throw std::invalid_argument(std::string(fn) + ": width must be >= 0, got " + std::to_string(width));
   for (std::size_t s = 0; s < sequences.size(); ++s) {
     const SequenceTokens& q = sequences[s];
     if (!q.prompt || !q.response) throw std::invalid_argument(std::string(fn) + ": sequence " + std::to_string(s) + " has a null token list");
+    for (const auto* list : {q.prompt, q.response})
+      for (std::size_t j = 0; j < list->size(); ++j)
+        if ((*list)[j] < 0 || (*list)[j] >= vocab)
+          throw std::invalid_argument(std::string(fn) + ": sequence " + std::to_string(s) + ": " +
+                                      (list == q.prompt ? "prompt" : "response") + " token " + std::to_string(j) + " is id " +
+                                      std::to_string((*list)[j]) + ", outside the model's vocabulary [0, " +
+                                      std::to_string(vocab) + ")");
     const auto r = static_cast<std::int64_t>(q.response->size());
     if (r > width)
       throw std::invalid_argument(std::string(fn) + ": sequence " + std::to_string(s) + " has " + std::to_string(r) +
@@ -108,11 +118,6 @@ ResponseLogProbs scatter_response(CausalLM& model, const torch::Tensor& flat_hid
   torch::Tensor logprobs = torch::zeros({rows * width}, f32);
   torch::Tensor entropy = options.with_entropy ? torch::zeros({rows * width}, f32) : torch::Tensor();
   if (!index.source.empty()) {
-    const std::int64_t vocab = weight.size(0);
-    for (const std::int64_t t : index.targets)  // on the host: token_logprobs leaves device ids to its caller
-      if (t < 0 || t >= vocab)
-        throw std::invalid_argument("response token id " + std::to_string(t) + " is outside the model's vocabulary [0, " +
-                                    std::to_string(vocab) + ")");
     const torch::Tensor source = to_device(index.source, i64.device());
     const torch::Tensor dest = to_device(index.dest, i64.device());
     const torch::Tensor targets = to_device(index.targets, i64.device());
@@ -130,7 +135,7 @@ ResponseLogProbs scatter_response(CausalLM& model, const torch::Tensor& flat_hid
 
 ResponseLogProbs packed_response_logprobs(CausalLM& model, const std::vector<SequenceTokens>& sequences,
                                           std::int64_t width, const LogProbOptions& options) {
-  check_sequences(sequences, width, "packed_response_logprobs");
+  check_sequences(sequences, width, model->config().vocab_size, "packed_response_logprobs");
   std::vector<std::int64_t> ids, lengths;
   TargetIndex index;
   std::int64_t offset = 0;
@@ -163,7 +168,7 @@ ResponseLogProbs packed_response_logprobs(CausalLM& model, const std::vector<Seq
 
 ResponseLogProbs padded_response_logprobs(CausalLM& model, const std::vector<SequenceTokens>& sequences,
                                           std::int64_t width, const LogProbOptions& options) {
-  check_sequences(sequences, width, "padded_response_logprobs");
+  check_sequences(sequences, width, model->config().vocab_size, "padded_response_logprobs");
   // Rows: the sequences with response tokens, right-padded to the longest.
   std::vector<std::size_t> kept;
   std::int64_t max_len = 0;

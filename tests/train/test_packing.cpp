@@ -182,6 +182,21 @@ TEST(PackingLogProbs, BadInputIsRejected) {
   const std::string p = error_of<std::invalid_argument>(
       [&] { grpo::core::padded_response_logprobs(model, {{&empty, &response}}, 3, lp_options(1.0, false)); });
   EXPECT_NE(p.find("empty prompt"), std::string::npos) << p;
+  // An id the model has no row for, in a response or a prompt: named with its place and the
+  // vocabulary, before any device work (both ways of computing).
+  const std::int64_t vocab = model->config().vocab_size;
+  for (const std::int64_t bad : {vocab, std::int64_t{-1}}) {
+    const std::vector<std::int64_t> outside{3, bad};
+    const std::string v = error_of<std::invalid_argument>(
+        [&] { grpo::core::packed_response_logprobs(model, {{&prompt, &outside}}, 2, lp_options(1.0, false)); });
+    EXPECT_NE(v.find("sequence 0: response token 1 is id " + std::to_string(bad) + ", outside the model's vocabulary [0, " +
+                     std::to_string(vocab) + ")"),
+              std::string::npos)
+        << v;
+    const std::string q = error_of<std::invalid_argument>(
+        [&] { grpo::core::padded_response_logprobs(model, {{&prompt, &response}, {&outside, &response}}, 3, lp_options(1.0, false)); });
+    EXPECT_NE(q.find("sequence 1: prompt token 1 is id " + std::to_string(bad)), std::string::npos) << q;
+  }
 }
 
 // ---------------------------------------------------------------------------------------
