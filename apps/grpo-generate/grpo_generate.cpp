@@ -471,21 +471,24 @@ std::string metric_text(double v) {
 }
 
 // The settings (defaults -> the config file's generate: block -> flags) and the backend's
-// node, checked before anything loads.
+// node, checked before anything loads. `origins` points into `config_file`: filled in place,
+// never copied or moved.
 struct RunSettings {
+  sdk::ConfigValue config_file;
   GenerateSettings generate;
   Origins origins;
   sdk::ConfigValue backend;
 };
 
-RunSettings load_settings(const Options& opt) {
-  RunSettings r;
+void load_settings(const Options& opt, RunSettings& r) {
   sdk::ConfigValue config_backend;
-  if (!opt.config.empty()) apply_config_file(load_yaml_file(opt.config), opt.config, r.generate, config_backend, r.origins);
+  if (!opt.config.empty()) {
+    r.config_file = load_yaml_file(opt.config);
+    apply_config_file(r.config_file, opt.config, r.generate, config_backend, r.origins);
+  }
   apply_flags(opt, r.generate, r.origins);
   check_settings(r.generate, r.origins);
   r.backend = backend_node(opt, std::move(config_backend));
-  return r;
 }
 
 // The model folder's config.json, read now (cheap), so that a stop token id outside the
@@ -613,7 +616,8 @@ void print_summary(const Options& opt, const RunSettings& r, std::size_t request
 
 int run(const Options& opt) {
   init_console_logging(opt.log_level);
-  const RunSettings settings = load_settings(opt);
+  RunSettings settings;
+  load_settings(opt, settings);
   check_model_folder(opt, settings);
   configure_compute_threads("compute threads");
 

@@ -265,6 +265,13 @@ TEST_F(GrpoGenerateCli, ConfigErrorsNameFileLineAndKey) {
   EXPECT_THAT(r.err, HasSubstr("option.yaml:4:5: backend.max_num_seq: unknown option"));
   EXPECT_THAT(r.err, HasSubstr("did you mean 'max_num_seqs'?"));
 
+  // Checked against the model's config.json after the file was read: still named in the file.
+  write("vocab.yaml", "generate:\n  stop_token_ids: [300]\n");
+  r = generate("--input in.jsonl --output out.jsonl --config vocab.yaml");
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("vocab.yaml:2:"));
+  EXPECT_THAT(r.err, HasSubstr("300 is outside the model's vocabulary [0, 300)"));
+
   EXPECT_FALSE(fs::exists(dir_ / "out.jsonl"));
 }
 
